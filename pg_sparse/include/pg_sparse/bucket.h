@@ -1,0 +1,112 @@
+/* Sparse allreduce of one gradient bucket, with error feedback.
+ *
+ * A pgs_bucket holds everything that lives across calls for one DDP bucket:
+ * the fp32 residual, the step counter, thresholds, region boundaries and the
+ * scratch buffers, so the steady-state call allocates nothing.
+ *
+ * Every call returns the average over ranks (sum / P) as a dense buffer and
+ * keeps the invariant, up to fp32 rounding:
+ *
+ *   sum_ranks(residual_after) + P * output == sum_ranks(grad + residual_before)
+ */
+#ifndef PG_SPARSE_BUCKET_H
+#define PG_SPARSE_BUCKET_H
+
+#include <pg_sparse/comm.h>
+#include <pg_sparse/ops.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PGS_ALGO_MAP(X)                                                       \
+  X(PGS_ALGO_DENSE, "dense")                                                  \
+  X(PGS_ALGO_TOPKA, "topka")                                                  \
+  X(PGS_ALGO_TOPKDSA, "topkdsa")                                              \
+  X(PGS_ALGO_GTOPK, "gtopk")                                                  \
+  X(PGS_ALGO_GAUSSIANK, "gaussiank")                                          \
+  X(PGS_ALGO_OKTOPK, "oktopk")
+
+typedef enum pgs_algo_id {
+#define PGS_ALGO_ENUM_(id, name) id,
+  PGS_ALGO_MAP(PGS_ALGO_ENUM_)
+#undef PGS_ALGO_ENUM_
+  PGS_ALGO_COUNT
+} pgs_algo_id_t;
+
+/** @return the algorithm's name ("oktopk"), or NULL for an unknown id. */
+const char *pgs_algo_name(pgs_algo_id_t algo);
+/** Look an algorithm up by name. @return PGS_ERR_INVALID if unknown. */
+int pgs_algo_from_name(const char *name, pgs_algo_id_t *out);
+
+/** Configuration of a bucket. Start from PGS_CONFIG_INIT. */
+typedef struct pgs_config {
+  size_t struct_size;   /**< sizeof(pgs_config_t), for ABI growth */
+  pgs_algo_id_t algo;   /**< which sparse allreduce */
+  double density;       /**< k = max(1, round(density * n)); in (0, 1] */
+  int64_t warmup_steps; /**< calls run as dense allreduce first (>= 0) */
+  int64_t tau;          /**< oktopk: repartition every tau sparse steps */
+  int64_t tau_prime;    /**< exact thresholds every tau_prime sparse steps */
+  int check_finite;     /**< non-zero: NaN/Inf anywhere fails the call on
+                             every rank with PGS_ERR_NONFINITE */
+} pgs_config_t;
+
+#define PGS_CONFIG_INIT                                                       \
+  {sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1}
+
+/** Phases of a call, for per-phase words and times. */
+typedef enum pgs_phase {
+  PGS_PHASE_SELECT = 0, /**< accumulate, local threshold, compaction */
+  PGS_PHASE_REDUCE = 1, /**< repartition, split and reduce / tree / dense */
+  PGS_PHASE_GATHER = 2, /**< global selection, balance, allgather(v) */
+  PGS_PHASE_COUNT = 3,
+} pgs_phase_t;
+
+/** What the last call did. Words are 4-byte units of the data plane (an
+ *  index or a value); control traffic (counts, histograms) is in bytes. */
+typedef struct pgs_stats {
+  int64_t step;             /**< 0-based call counter of this bucket */
+  int dense;                /**< the call ran dense (warm-up or algo dense) */
+  int64_t n, k;             /**< bucket size and target count */
+  int64_t local_selected;   /**< entries this rank contributed */
+  int64_t global_selected;  /**< nonzero entries of the output */
+  int local_recomputed;     /**< exact local threshold this call */
+  int global_recomputed;    /**< exact global threshold this call */
+  int repartitioned;        /**< oktopk regions recomputed this call */
+  int64_t capped;           /**< local picks held back by volume caps */
+  int64_t trimmed;          /**< global picks held back by the volume cap */
+  double local_threshold;
+  double global_threshold;
+  int64_t words_sent[PGS_PHASE_COUNT];
+  int64_t words_recv[PGS_PHASE_COUNT];
+  int64_t ctrl_bytes_sent, ctrl_bytes_recv;
+  double time_s[PGS_PHASE_COUNT];
+  double words_lower_bound; /**< 2k(P-1)/P */
+  double words_upper_bound; /**< 6k(P-1)/P */
+} pgs_stats_t;
+
+typedef struct pgs_bucket pgs_bucket_t;
+
+/** Create the state for a bucket of @p n fp32 values. Not collective.
+ *  @p comm and @p ops must share a memory space and outlive the bucket. */
+int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
+                      const pgs_ops_t *ops, size_t n, pgs_bucket_t **out);
+void pgs_bucket_destroy(pgs_bucket_t *bucket);
+
+/** Collective: sparse allreduce of @p grad (n fp32) into @p out (n fp32, the
+ *  average over ranks). @p out may alias @p grad. Every rank calls with the
+ *  same n and configuration; a disagreement returns PGS_ERR_MISMATCH on every
+ *  rank. On an error the residual is left as it was before the call. */
+int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
+
+/** Statistics of the last call. */
+void pgs_bucket_stats(const pgs_bucket_t *bucket, pgs_stats_t *out);
+size_t pgs_bucket_size(const pgs_bucket_t *bucket);
+/** Copy the residual (n fp32) to host memory / from host memory. */
+int pgs_bucket_get_residual(const pgs_bucket_t *bucket, float *host_out);
+int pgs_bucket_set_residual(pgs_bucket_t *bucket, const float *host_in);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PG_SPARSE_BUCKET_H */

@@ -1,0 +1,124 @@
+/* Transports: the pgs_comm vtable.
+ *
+ * An algorithm talks to its peers only through the functions below, so the
+ * same algorithm runs over Open MPI, NCCL or callbacks supplied by an embedder
+ * (the torch shim runs it over gloo). Two planes:
+ *
+ *  - data plane (exchange, allgatherv, allreduce, bcast): buffers live in the
+ *    memory space the transport was created for (pgs_comm_mem());
+ *  - control plane (*_host): small int64/f64 arrays in host memory, such as
+ *    counts, cut points and histograms.
+ *
+ * Every call returns a pgs_status_t. The wrappers count bytes per plane with
+ * the model documented at each function, so algorithms report the volume they
+ * caused whatever the transport does underneath. */
+#ifndef PG_SPARSE_COMM_H
+#define PG_SPARSE_COMM_H
+
+#include <pg_sparse/status.h>
+#include <pg_sparse/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Number of exchange batches that may be in flight at once. */
+#define PGS_COMM_SLOTS 2
+
+/** One point-to-point message of an exchange batch. */
+typedef struct pgs_msg {
+  int peer;     /**< rank of the peer in this communicator, never self */
+  void *buf;    /**< data in the transport's memory space */
+  size_t bytes; /**< message size; 0-byte messages may be omitted */
+} pgs_msg_t;
+
+/** Functions a transport implements. @p impl is the transport's own state.
+ *  Receive sizes are always known in advance (counts are exchanged first). */
+typedef struct pgs_comm_vtable {
+  /** Post a batch of sends and receives into @p slot (< PGS_COMM_SLOTS).
+   *  Buffers must stay valid until exchange_wait() on the same slot. */
+  int (*exchange_start)(void *impl, const pgs_msg_t *sends, int nsends,
+                        const pgs_msg_t *recvs, int nrecvs, int slot);
+  /** Complete the batch posted into @p slot. */
+  int (*exchange_wait)(void *impl, int slot);
+  /** Gather variable-size byte blocks from every rank, in rank order.
+   *  @p recv_bytes and @p displs are host arrays of size ranks. */
+  int (*allgatherv)(void *impl, const void *send, size_t send_bytes,
+                    void *recv, const size_t *recv_bytes,
+                    const size_t *displs);
+  /** In-place allreduce of a data buffer. */
+  int (*allreduce)(void *impl, void *buf, size_t count, pgs_dtype_t dtype,
+                   pgs_redop_t op);
+  /** Broadcast a data buffer from @p root. */
+  int (*bcast)(void *impl, void *buf, size_t bytes, int root);
+  /** In-place allreduce of a small host array. */
+  int (*allreduce_host)(void *impl, void *buf, size_t count,
+                        pgs_dtype_t dtype, pgs_redop_t op);
+  /** Alltoall of one int64 per rank, host arrays of size ranks. */
+  int (*alltoall_host)(void *impl, const int64_t *send, int64_t *recv);
+  /** Allgather of @p count int64 per rank into @p recv (count * ranks). */
+  int (*allgather_host)(void *impl, const int64_t *send, size_t count,
+                        int64_t *recv);
+  /** Block until every rank has entered. */
+  int (*barrier)(void *impl);
+  /** Release @p impl. Called once by pgs_comm_destroy(). */
+  void (*destroy)(void *impl);
+} pgs_comm_vtable_t;
+
+/** Bytes moved through one communicator since creation (or the last reset). */
+typedef struct pgs_comm_counters {
+  uint64_t data_sent;
+  uint64_t data_recv;
+  uint64_t ctrl_sent;
+  uint64_t ctrl_recv;
+} pgs_comm_counters_t;
+
+typedef struct pgs_comm pgs_comm_t;
+
+/** Wrap a vtable into a communicator. The vtable is copied; @p impl is owned
+ *  by the communicator from here on (its destroy runs on pgs_comm_destroy,
+ *  also when this call fails). Every function pointer but destroy must be set.
+ *  This is the `ext` transport: an embedder supplies its own callbacks. */
+int pgs_comm_create(const pgs_comm_vtable_t *vtable, void *impl, int rank,
+                    int size, pgs_mem_t mem, pgs_comm_t **out);
+
+/** Destroy a communicator and its transport state. NULL is a no-op. */
+void pgs_comm_destroy(pgs_comm_t *comm);
+
+int pgs_comm_rank(const pgs_comm_t *comm);
+int pgs_comm_size(const pgs_comm_t *comm);
+pgs_mem_t pgs_comm_mem(const pgs_comm_t *comm);
+void pgs_comm_get_counters(const pgs_comm_t *comm, pgs_comm_counters_t *out);
+
+/* Counting wrappers: what algorithms call. */
+
+/** Counts the exact bytes of every message to or from another rank. */
+int pgs_comm_exchange_start(pgs_comm_t *comm, const pgs_msg_t *sends,
+                            int nsends, const pgs_msg_t *recvs, int nrecvs,
+                            int slot);
+int pgs_comm_exchange_wait(pgs_comm_t *comm, int slot);
+/** Blocking exchange_start + exchange_wait on slot 0. */
+int pgs_comm_exchange(pgs_comm_t *comm, const pgs_msg_t *sends, int nsends,
+                      const pgs_msg_t *recvs, int nrecvs);
+/** Counts recv = every other rank's block (exact) and sent = own block times
+ *  (ranks - 1): each block has to reach every peer. */
+int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
+                        void *recv, const size_t *recv_bytes,
+                        const size_t *displs);
+/** Counts 2 * bytes * (ranks - 1) / ranks each way (ring allreduce). */
+int pgs_comm_allreduce(pgs_comm_t *comm, void *buf, size_t count,
+                       pgs_dtype_t dtype, pgs_redop_t op);
+/** Counts bytes sent at the root and received elsewhere. */
+int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root);
+int pgs_comm_allreduce_host(pgs_comm_t *comm, void *buf, size_t count,
+                            pgs_dtype_t dtype, pgs_redop_t op);
+int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
+                           int64_t *recv);
+int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send,
+                            size_t count, int64_t *recv);
+int pgs_comm_barrier(pgs_comm_t *comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PG_SPARSE_COMM_H */

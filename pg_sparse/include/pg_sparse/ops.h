@@ -1,0 +1,125 @@
+/* Compute kernels: the pgs_ops vtable.
+ *
+ * An algorithm touches bucket memory only through these functions, so the same
+ * algorithm runs on host memory (pgs_ops_cpu) and on device memory (the CUDA
+ * table in cuda/). Both implementations keep this contract exactly and are
+ * tested against each other.
+ *
+ * Conventions shared by every function:
+ *  - buffers x, idx, val live in the table's memory space; arguments named
+ *    *_host and every int64_t* count output live in host memory;
+ *  - "|x|" is the absolute value; zeros are never selected or counted by the
+ *    threshold functions (a zero carries nothing worth sending);
+ *  - index arrays are int32 and relative to the buffer they index; functions
+ *    that write through received indices validate every index first and
+ *    return PGS_ERR_INDEX without touching memory if one is out of range;
+ *  - a function never writes more than the capacity it is given and returns
+ *    PGS_ERR_OVERFLOW instead;
+ *  - NaN is not ordered: callers check finiteness before selecting. */
+#ifndef PG_SPARSE_OPS_H
+#define PG_SPARSE_OPS_H
+
+#include <pg_sparse/status.h>
+#include <pg_sparse/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Direction of pgs_ops.copy. */
+typedef enum pgs_copy_kind {
+  PGS_COPY_TO_HOST = 0,   /**< dst host, src in the table's space */
+  PGS_COPY_FROM_HOST = 1, /**< dst in the table's space, src host */
+  PGS_COPY_SAME = 2,      /**< both in the table's space */
+} pgs_copy_kind_t;
+
+/** Number of bins of one radix level of pgs_ops.hist_abs. */
+#define PGS_HIST_BINS 256
+/** Number of radix levels that resolve a float32 |x| exactly. */
+#define PGS_HIST_LEVELS 4
+
+typedef struct pgs_ops pgs_ops_t;
+
+struct pgs_ops {
+  pgs_mem_t mem; /**< memory space of every non-host buffer */
+  void *ctx;     /**< implementation state (a CUDA stream, ...) */
+
+  int (*alloc)(const pgs_ops_t *ops, void **ptr, size_t bytes);
+  void (*free)(const pgs_ops_t *ops, void *ptr);
+  int (*copy)(const pgs_ops_t *ops, void *dst, const void *src, size_t bytes,
+              pgs_copy_kind_t kind);
+  int (*fill_zero)(const pgs_ops_t *ops, void *ptr, size_t bytes);
+  /** Wait until every queued kernel is done (no-op on the host). */
+  int (*sync)(const pgs_ops_t *ops);
+
+  /** r[i] += g[i]; if @p n_ge is not NULL, also count |r[i]| >= thr, r != 0
+   *  (the reused-threshold check, fused into the same pass). */
+  int (*accumulate)(const pgs_ops_t *ops, float *r, const float *g, size_t n,
+                    float thr, int64_t *n_ge);
+  /** x[i] *= s. */
+  int (*scale)(const pgs_ops_t *ops, float *x, size_t n, float s);
+  /** Number of NaN or Inf entries of x. */
+  int (*count_nonfinite)(const pgs_ops_t *ops, const float *x, size_t n,
+                         int64_t *count);
+  /** Mean and population standard deviation of x (0, 0 when n == 0). */
+  int (*mean_std)(const pgs_ops_t *ops, const float *x, size_t n,
+                  double *mean, double *std);
+
+  /** For each region j < nreg, [bounds_host[j], bounds_host[j+1]) of x:
+   *  n_gt_host[j] = #{|x| > thr, x != 0}, n_eq_host[j] = #{|x| == thr, x != 0}. */
+  int (*count_regions)(const pgs_ops_t *ops, const float *x,
+                       const int64_t *bounds_host, int nreg, float thr,
+                       int64_t *n_gt_host, int64_t *n_eq_host);
+  /** Exact k-th largest |x| (1 <= k <= n; zeros take part) into *thr, and the
+   *  number of entries with |x| > *thr into *n_gt. O(n), radix select. */
+  int (*kth_abs)(const pgs_ops_t *ops, const float *x, size_t n, size_t k,
+                 float *thr, int64_t *n_gt);
+  /** One level of a radix histogram of the float bits of |x|. Level l
+   *  (0..3) counts the entries whose top 8*l bits equal those of @p prefix,
+   *  binned by the next 8 bits, into hist_host[PGS_HIST_BINS] (added to, not
+   *  overwritten, so callers can sum several arrays). Zeros are skipped. */
+  int (*hist_abs)(const pgs_ops_t *ops, const float *x, size_t n, int level,
+                  uint32_t prefix, int64_t *hist_host);
+  /** Compaction in index order: select x[i] != 0 with |x[i]| > thr, plus the
+   *  first @p eq_quota entries with |x[i]| == thr (all of them if negative).
+   *  Writes idx[j] = i + idx_offset and val[j] = x[i], j < cap; *count_host
+   *  receives the number selected. */
+  int (*compact)(const pgs_ops_t *ops, const float *x, size_t n, float thr,
+                 int64_t eq_quota, int32_t idx_offset, int32_t *idx,
+                 float *val, size_t cap, int64_t *count_host);
+  /** The same selection applied to a list of pairs (order kept). Output may
+   *  alias input. */
+  int (*select_pairs)(const pgs_ops_t *ops, const int32_t *idx,
+                      const float *val, size_t m, float thr, int64_t eq_quota,
+                      int32_t *idx_out, float *val_out, size_t cap,
+                      int64_t *count_host);
+  /** val[j] = x[idx[j]] for j < m (idx validated against n). */
+  int (*gather)(const pgs_ops_t *ops, const float *x, size_t n,
+                const int32_t *idx, size_t m, float *val);
+  /** x[idx[j]] = 0 for j < m (idx validated against n). */
+  int (*zero_at)(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
+                 size_t m);
+  /** x[idx[j]] += scale * val[j], in j order (idx validated against n). */
+  int (*scatter_add)(const pgs_ops_t *ops, float *x, size_t n,
+                     const int32_t *idx, const float *val, size_t m,
+                     float scale);
+  /** Zero x at the indices in both sorted lists: x[a[i] + a_offset] = 0 when
+   *  a[i] + a_offset occurs in b. a and b ascending; results validated
+   *  against n. */
+  int (*zero_common)(const pgs_ops_t *ops, float *x, size_t n,
+                     const int32_t *a, size_t na, int32_t a_offset,
+                     const int32_t *b, size_t nb);
+  /** Sorted union of two ascending pair lists, values added where an index
+   *  occurs in both. Writes at most @p cap pairs; *count_host = union size. */
+  int (*merge_pairs)(const pgs_ops_t *ops, const int32_t *ia, const float *va,
+                     size_t na, const int32_t *ib, const float *vb, size_t nb,
+                     int32_t *io, float *vo, size_t cap, int64_t *count_host);
+};
+
+/** The host-memory implementation (no state; safe to share). */
+const pgs_ops_t *pgs_ops_cpu(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PG_SPARSE_OPS_H */
