@@ -66,8 +66,9 @@ struct pgs_ops {
                   double *mean, double *std);
 
   /** For each region j < nreg, [bounds_host[j], bounds_host[j+1]) of x:
-   *  n_gt_host[j] = #{|x| > thr, x != 0}, n_eq_host[j] = #{|x| == thr, x != 0}. */
-  int (*count_regions)(const pgs_ops_t *ops, const float *x,
+   *  n_gt_host[j] = #{|x| > thr, x != 0}, n_eq_host[j] = #{|x| == thr, x != 0}.
+   *  Bounds must ascend within [0, n]. */
+  int (*count_regions)(const pgs_ops_t *ops, const float *x, size_t n,
                        const int64_t *bounds_host, int nreg, float thr,
                        int64_t *n_gt_host, int64_t *n_eq_host);
   /** Exact k-th largest |x| (1 <= k <= n; zeros take part) into *thr, and the

@@ -1,0 +1,102 @@
+/* Internal interface between the bucket driver and the algorithms.
+ *
+ * The driver (bucket.c) owns the residual, the step counter, validation and
+ * statistics; an algorithm implements one step over the comm and ops tables
+ * and never learns which transport or memory it runs on. */
+#ifndef PGS_ALGO_INTERNAL_H
+#define PGS_ALGO_INTERNAL_H
+
+#include <pg_sparse/bucket.h>
+
+#include "util/buf.h"
+
+/** The per-algorithm hooks. init/fini may be NULL. */
+typedef struct pgs_algo_vtable {
+  pgs_algo_id_t id;
+  /** Allocate per-bucket state into b->algo_state. */
+  int (*init)(pgs_bucket_t *b);
+  /** One sparse step. Must first add grad into b->resid (pgs_accumulate),
+   *  since @p out may alias @p grad; then write the average into @p out and
+   *  leave in b->resid whatever was not applied. */
+  int (*step)(pgs_bucket_t *b, const float *grad, float *out);
+  void (*fini)(pgs_bucket_t *b);
+} pgs_algo_vtable_t;
+
+struct pgs_bucket {
+  pgs_config_t cfg;
+  pgs_comm_t *comm;
+  const pgs_ops_t *ops;
+  int rank, size;
+  size_t n;
+  int64_t k;
+  float *resid; /* n fp32 in ops memory: the error-feedback residual */
+  int64_t step; /* calls completed, warm-up included */
+  const pgs_algo_vtable_t *algo;
+  void *algo_state;
+  pgs_stats_t stats;
+  /* phase accounting */
+  int phase;
+  double phase_t0;
+  pgs_comm_counters_t phase_c0;
+  /* scratch shared by the helpers in sparse.c, reused across calls */
+  pgs_buf_t pairs;     /* this rank's selection, [idx | val] blocks */
+  pgs_buf_t recv;      /* received pairs */
+  int64_t *host_counts; /* 4 * size int64 */
+  size_t *host_bytes;   /* 2 * size size_t: allgatherv sizes and displs */
+};
+
+extern const pgs_algo_vtable_t pgs_algo_dense;
+extern const pgs_algo_vtable_t pgs_algo_topka;
+extern const pgs_algo_vtable_t pgs_algo_topkdsa;
+extern const pgs_algo_vtable_t pgs_algo_gtopk;
+extern const pgs_algo_vtable_t pgs_algo_gaussiank;
+extern const pgs_algo_vtable_t pgs_algo_oktopk;
+
+/* --- phases and stats (bucket.c) ---------------------------------------- */
+
+/** Close the current phase (adding its words, bytes and time to the stats)
+ *  and open @p phase; PGS_PHASE_COUNT just closes. */
+void pgs_phase_enter(pgs_bucket_t *b, int phase);
+
+/** r += grad, counting |r| >= thr when @p n_ge is not NULL. */
+int pgs_accumulate(pgs_bucket_t *b, const float *grad, float thr,
+                   int64_t *n_ge);
+
+/** The dense step: average of (grad + resid), residual cleared. Every
+ *  algorithm's warm-up. */
+int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out);
+
+/* --- shared sparse building blocks (sparse.c) --------------------------- */
+
+/** Offsets of the two halves of a pairs block of @p m entries at @p base:
+ *  int32 indices first, fp32 values after them, one contiguous buffer so a
+ *  block travels as one message. */
+static inline int32_t *pgs_block_idx(void *base) { return (int32_t *)base; }
+static inline float *pgs_block_val(void *base, int64_t m) {
+  return (float *)((int32_t *)base + m);
+}
+
+/** Exact top-k of |x| (ties broken by lowest index) compacted as one block
+ *  [idx | val] into @p dst (capacity @p cap pairs), indices + idx_offset.
+ *  *m receives the count: k, or fewer when x has fewer nonzeros. */
+int pgs_select_topk(pgs_bucket_t *b, const float *x, size_t n, int64_t k,
+                    int32_t idx_offset, void *dst, size_t cap, int64_t *m,
+                    float *thr);
+
+/** Allgather of every rank's block of @p m pairs (at @p send) into b->recv.
+ *  On return b->host_counts[0..P) holds each rank's count and *total the sum;
+ *  blocks lie back to back in rank order. */
+int pgs_allgather_blocks(pgs_bucket_t *b, const void *send, int64_t m,
+                         int64_t *total);
+
+/** out = 0, then add every block of b->recv (counts in b->host_counts) in
+ *  rank order, then scale by 1/P. */
+int pgs_apply_blocks(pgs_bucket_t *b, float *out);
+
+/** Inverse of the standard normal tail: z with P(|Z| > z) = p, 0 < p <= 1. */
+double pgs_normal_two_sided_quantile(double p);
+
+/** Monotonic clock in seconds. */
+double pgs_now(void);
+
+#endif /* PGS_ALGO_INTERNAL_H */

@@ -1,0 +1,238 @@
+/* The bucket driver: state, validation, warm-up, statistics.
+ *
+ * Algorithms see a bucket whose residual is ready and whose call has been
+ * checked collectively; this file holds everything they have in common. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo/algo_internal.h"
+
+static const pgs_algo_vtable_t *const algo_table[PGS_ALGO_COUNT] = {
+    [PGS_ALGO_DENSE] = &pgs_algo_dense,
+    [PGS_ALGO_TOPKA] = &pgs_algo_topka,
+    [PGS_ALGO_TOPKDSA] = &pgs_algo_topkdsa,
+    [PGS_ALGO_GTOPK] = &pgs_algo_gtopk,
+    [PGS_ALGO_GAUSSIANK] = &pgs_algo_gaussiank,
+    [PGS_ALGO_OKTOPK] = &pgs_algo_oktopk,
+};
+
+static const char *const algo_names[PGS_ALGO_COUNT] = {
+#define PGS_ALGO_NAME_(id, name) [id] = name,
+    PGS_ALGO_MAP(PGS_ALGO_NAME_)
+#undef PGS_ALGO_NAME_
+};
+
+const char *pgs_algo_name(pgs_algo_id_t algo) {
+  if ((int)algo < 0 || algo >= PGS_ALGO_COUNT) return NULL;
+  return algo_names[algo];
+}
+
+int pgs_algo_from_name(const char *name, pgs_algo_id_t *out) {
+  if (name == NULL || out == NULL) return PGS_ERR_INVALID;
+  for (int i = 0; i < PGS_ALGO_COUNT; ++i) {
+    if (strcmp(name, algo_names[i]) == 0) {
+      *out = (pgs_algo_id_t)i;
+      return PGS_OK;
+    }
+  }
+  return PGS_ERR_INVALID;
+}
+
+double pgs_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --- creation ------------------------------------------------------------ */
+
+static int check_config(const pgs_config_t *c, size_t n) {
+  if (c->struct_size != sizeof(pgs_config_t)) return PGS_ERR_INVALID;
+  if ((int)c->algo < 0 || c->algo >= PGS_ALGO_COUNT) return PGS_ERR_INVALID;
+  /* !(x > 0) also rejects NaN. */
+  if (!(c->density > 0.0) || c->density > 1.0) return PGS_ERR_INVALID;
+  if (c->warmup_steps < 0 || c->tau < 1 || c->tau_prime < 1)
+    return PGS_ERR_INVALID;
+  /* Indices travel as int32. */
+  if (n == 0 || n > (size_t)INT32_MAX) return PGS_ERR_UNSUPPORTED;
+  return PGS_OK;
+}
+
+static int64_t target_k(double density, size_t n) {
+  double k = floor(density * (double)n + 0.5);
+  if (k < 1.0) k = 1.0;
+  if (k > (double)n) k = (double)n;
+  return (int64_t)k;
+}
+
+int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
+                      const pgs_ops_t *ops, size_t n, pgs_bucket_t **out) {
+  if (config == NULL || comm == NULL || ops == NULL || out == NULL)
+    return PGS_ERR_INVALID;
+  *out = NULL;
+  int st = check_config(config, n);
+  if (st != PGS_OK) return st;
+  if (pgs_comm_mem(comm) != ops->mem) return PGS_ERR_INVALID;
+
+  pgs_bucket_t *b = calloc(1, sizeof(*b));
+  if (b == NULL) return PGS_ERR_NO_MEMORY;
+  b->cfg = *config;
+  b->comm = comm;
+  b->ops = ops;
+  b->rank = pgs_comm_rank(comm);
+  b->size = pgs_comm_size(comm);
+  b->n = n;
+  b->k = target_k(config->density, n);
+  b->algo = algo_table[config->algo];
+  b->phase = PGS_PHASE_COUNT;
+  b->host_counts = calloc(4 * (size_t)b->size, sizeof(int64_t));
+  b->host_bytes = calloc(2 * (size_t)b->size, sizeof(size_t));
+  if (b->host_counts == NULL || b->host_bytes == NULL) {
+    st = PGS_ERR_NO_MEMORY;
+    goto fail;
+  }
+  st = ops->alloc(ops, (void **)&b->resid, n * sizeof(float));
+  if (st != PGS_OK) goto fail;
+  st = ops->fill_zero(ops, b->resid, n * sizeof(float));
+  if (st != PGS_OK) goto fail;
+  if (b->algo->init != NULL) {
+    st = b->algo->init(b);
+    if (st != PGS_OK) goto fail;
+  }
+  *out = b;
+  return PGS_OK;
+fail:
+  pgs_bucket_destroy(b);
+  return st;
+}
+
+void pgs_bucket_destroy(pgs_bucket_t *b) {
+  if (b == NULL) return;
+  if (b->algo != NULL && b->algo->fini != NULL) b->algo->fini(b);
+  if (b->resid != NULL) b->ops->free(b->ops, b->resid);
+  pgs_buf_release(b->ops, &b->pairs);
+  pgs_buf_release(b->ops, &b->recv);
+  free(b->host_counts);
+  free(b->host_bytes);
+  free(b);
+}
+
+size_t pgs_bucket_size(const pgs_bucket_t *b) { return b == NULL ? 0 : b->n; }
+
+void pgs_bucket_stats(const pgs_bucket_t *b, pgs_stats_t *out) {
+  if (b != NULL && out != NULL) *out = b->stats;
+}
+
+int pgs_bucket_get_residual(const pgs_bucket_t *b, float *host_out) {
+  if (b == NULL || host_out == NULL) return PGS_ERR_INVALID;
+  return b->ops->copy(b->ops, host_out, b->resid, b->n * sizeof(float),
+                      PGS_COPY_TO_HOST);
+}
+
+int pgs_bucket_set_residual(pgs_bucket_t *b, const float *host_in) {
+  if (b == NULL || host_in == NULL) return PGS_ERR_INVALID;
+  return b->ops->copy(b->ops, b->resid, host_in, b->n * sizeof(float),
+                      PGS_COPY_FROM_HOST);
+}
+
+/* --- phases --------------------------------------------------------------- */
+
+void pgs_phase_enter(pgs_bucket_t *b, int phase) {
+  double now = pgs_now();
+  pgs_comm_counters_t c;
+  pgs_comm_get_counters(b->comm, &c);
+  if (b->phase < PGS_PHASE_COUNT) {
+    pgs_stats_t *s = &b->stats;
+    /* Data bytes are whole 4-byte words: every payload is int32 or fp32. */
+    s->words_sent[b->phase] += (int64_t)((c.data_sent - b->phase_c0.data_sent) / 4);
+    s->words_recv[b->phase] += (int64_t)((c.data_recv - b->phase_c0.data_recv) / 4);
+    s->ctrl_bytes_sent += (int64_t)(c.ctrl_sent - b->phase_c0.ctrl_sent);
+    s->ctrl_bytes_recv += (int64_t)(c.ctrl_recv - b->phase_c0.ctrl_recv);
+    s->time_s[b->phase] += now - b->phase_t0;
+  }
+  b->phase = phase;
+  b->phase_t0 = now;
+  b->phase_c0 = c;
+}
+
+/* --- the call ------------------------------------------------------------- */
+
+int pgs_accumulate(pgs_bucket_t *b, const float *grad, float thr,
+                   int64_t *n_ge) {
+  return b->ops->accumulate(b->ops, b->resid, grad, b->n, thr, n_ge);
+}
+
+/* Every rank contributes its view; MAX of (v, -v) gives max and -min, so one
+ * small allreduce detects any disagreement and any rank's NaN. */
+enum { CHECK_FIELDS = 6 };
+
+static int check_collective(pgs_bucket_t *b, const float *grad) {
+  int64_t nonfinite = 0;
+  if (b->cfg.check_finite) {
+    int st = b->ops->count_nonfinite(b->ops, grad, b->n, &nonfinite);
+    if (st != PGS_OK) return st;
+  }
+  const int64_t mine[CHECK_FIELDS] = {
+      (int64_t)b->n, b->k, (int64_t)b->cfg.algo, b->cfg.warmup_steps,
+      b->cfg.tau, b->cfg.tau_prime};
+  int64_t v[2 * CHECK_FIELDS + 1];
+  for (int i = 0; i < CHECK_FIELDS; ++i) {
+    v[2 * i] = mine[i];
+    v[2 * i + 1] = -mine[i];
+  }
+  v[2 * CHECK_FIELDS] = nonfinite > 0 ? 1 : 0;
+  int st = pgs_comm_allreduce_host(b->comm, v, 2 * CHECK_FIELDS + 1,
+                                   PGS_INT64, PGS_MAX);
+  if (st != PGS_OK) return st;
+  for (int i = 0; i < CHECK_FIELDS; ++i)
+    if (v[2 * i] != -v[2 * i + 1]) return PGS_ERR_MISMATCH;
+  return v[2 * CHECK_FIELDS] ? PGS_ERR_NONFINITE : PGS_OK;
+}
+
+static void reset_stats(pgs_bucket_t *b) {
+  pgs_stats_t *s = &b->stats;
+  memset(s, 0, sizeof(*s));
+  s->step = b->step;
+  s->n = (int64_t)b->n;
+  s->k = b->k;
+  double pf = (double)(b->size - 1) / (double)b->size;
+  s->words_lower_bound = 2.0 * (double)b->k * pf;
+  s->words_upper_bound = 6.0 * (double)b->k * pf;
+}
+
+int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  if (st != PGS_OK) return st;
+  if ((const float *)out != b->resid) {
+    st = ops->copy(ops, out, b->resid, b->n * sizeof(float), PGS_COPY_SAME);
+    if (st != PGS_OK) return st;
+  }
+  pgs_phase_enter(b, PGS_PHASE_REDUCE);
+  st = pgs_comm_allreduce(b->comm, out, b->n, PGS_FLOAT32, PGS_SUM);
+  if (st != PGS_OK) return st;
+  st = ops->scale(ops, out, b->n, 1.0f / (float)b->size);
+  if (st != PGS_OK) return st;
+  b->stats.dense = 1;
+  b->stats.local_selected = (int64_t)b->n;
+  b->stats.global_selected = (int64_t)b->n;
+  return ops->fill_zero(ops, b->resid, b->n * sizeof(float));
+}
+
+int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
+  if (b == NULL || grad == NULL || out == NULL) return PGS_ERR_INVALID;
+  reset_stats(b);
+  pgs_phase_enter(b, PGS_PHASE_SELECT);
+  int st = check_collective(b, grad);
+  if (st == PGS_OK) {
+    if (b->step < b->cfg.warmup_steps || b->cfg.algo == PGS_ALGO_DENSE)
+      st = pgs_dense_step(b, grad, out);
+    else
+      st = b->algo->step(b, grad, out);
+  }
+  pgs_phase_enter(b, PGS_PHASE_COUNT);
+  if (st == PGS_OK) b->step++;
+  return st;
+}

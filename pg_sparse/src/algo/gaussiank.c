@@ -1,0 +1,98 @@
+/* gaussiank: threshold mu + z * sigma of grad + residual, z the two-sided
+ * normal quantile of the density, then corrected toward [k/2, 2k] picks.
+ * Every rank's picks are allgathered (variable counts) and summed; the
+ * residual is cleared where this rank sent. */
+#include <math.h>
+
+#include "algo/algo_internal.h"
+
+/* Multiplicative corrections before giving up on the estimate. Gradients are
+ * heavier-tailed than a Gaussian, so the estimate is usually off by a factor;
+ * a few steps fix that, and the exact k-th value bounds the worst case. */
+enum { GAUSSIANK_CORRECTIONS = 4 };
+
+static int count_at(pgs_bucket_t *b, float thr, int64_t *count) {
+  const int64_t bounds[2] = {0, (int64_t)b->n};
+  int64_t gt = 0, eq = 0;
+  int st = b->ops->count_regions(b->ops, b->resid, b->n, bounds, 1, thr, &gt, &eq);
+  *count = gt + eq;
+  return st;
+}
+
+/* Threshold whose count of |acc| >= thr lies in [k/2, 2k]. */
+static int gaussiank_threshold(pgs_bucket_t *b, float *thr_out,
+                               int64_t *count) {
+  double mean = 0.0, sd = 0.0;
+  int st = b->ops->mean_std(b->ops, b->resid, b->n, &mean, &sd);
+  if (st != PGS_OK) return st;
+  double z = pgs_normal_two_sided_quantile((double)b->k / (double)b->n);
+  float thr = (float)(fabs(mean) + z * sd);
+  const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
+  /* At k = n the exact threshold below keeps every entry, as density 1 must. */
+  const int tries = b->k == (int64_t)b->n ? 0 : GAUSSIANK_CORRECTIONS;
+  for (int i = 0; i < tries; ++i) {
+    st = count_at(b, thr, count);
+    if (st != PGS_OK) return st;
+    if (*count >= lo && *count <= hi && thr > 0.0f) {
+      *thr_out = thr;
+      return PGS_OK;
+    }
+    /* The count falls as the threshold rises; step by the tail ratio. */
+    thr *= *count > hi ? 1.5f : (1.0f / 1.5f);
+  }
+  int64_t n_gt = 0;
+  st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
+  if (st != PGS_OK) return st;
+  b->stats.local_recomputed = 1;
+  *thr_out = thr;
+  return count_at(b, thr, count);
+}
+
+static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  if (st != PGS_OK) return st;
+  float thr = 0.0f;
+  int64_t m = 0;
+  st = gaussiank_threshold(b, &thr, &m);
+  if (st != PGS_OK) return st;
+  /* Ties at an exact threshold may exceed 2k; keep the first 2k in index
+   * order so the volume stays bounded. */
+  int64_t gt = 0, eq = 0;
+  const int64_t bounds[2] = {0, (int64_t)b->n};
+  st = ops->count_regions(ops, b->resid, b->n, bounds, 1, thr, &gt, &eq);
+  if (st != PGS_OK) return st;
+  int64_t quota = eq;
+  if (gt + eq > 2 * b->k) {
+    quota = gt < 2 * b->k ? 2 * b->k - gt : 0;
+    b->stats.capped = gt + eq - (gt + quota);
+  }
+  m = gt + quota;
+  st = pgs_buf_reserve(ops, &b->pairs, (size_t)m * 8);
+  if (st != PGS_OK) return st;
+  int64_t got = 0;
+  st = ops->compact(ops, b->resid, b->n, thr, quota, 0,
+                    pgs_block_idx(b->pairs.ptr),
+                    pgs_block_val(b->pairs.ptr, m), (size_t)m, &got);
+  if (st != PGS_OK) return st;
+  if (got != m) return PGS_ERR_INVALID;
+  b->stats.local_selected = m;
+  b->stats.local_threshold = thr;
+
+  pgs_phase_enter(b, PGS_PHASE_GATHER);
+  int64_t total = 0;
+  st = pgs_allgather_blocks(b, b->pairs.ptr, m, &total);
+  if (st != PGS_OK) return st;
+  st = pgs_apply_blocks(b, out);
+  if (st != PGS_OK) return st;
+  b->stats.global_selected = total;
+  return ops->zero_at(ops, b->resid, b->n, pgs_block_idx(b->pairs.ptr),
+                      (size_t)m);
+}
+
+const pgs_algo_vtable_t pgs_algo_gaussiank = {
+    .id = PGS_ALGO_GAUSSIANK,
+    .init = NULL,
+    .step = gaussiank_step,
+    .fini = NULL,
+};

@@ -1,0 +1,31 @@
+/* Ok-Topk (Li & Hoefler, PPoPP'22): shared state of its two files.
+ * oktopk.c: local selection, repartition, phase 1 (split and reduce);
+ * oktopk_gather.c: phase 2 (global selection, volume cap, balance,
+ * allgatherv), output and residual. */
+#ifndef PGS_ALGO_OKTOPK_H
+#define PGS_ALGO_OKTOPK_H
+
+#include "algo/split.h"
+
+typedef struct oktopk_state {
+  pgs_split_t split;
+  float thr_local;  /* reused between exact steps; < 0 before the first */
+  float thr_global; /* likewise */
+  int have_bounds;
+  pgs_buf_t tmp;        /* full local selection at repartition */
+  pgs_buf_t gidx, gval; /* this region's global picks, global indices */
+  pgs_buf_t bidx, bval; /* balanced share of G */
+  pgs_buf_t aidx, aval; /* all of G, ascending */
+  int64_t *info;        /* 3P host: per rank (picks, phase-1 sent, recv) */
+  int64_t *held;        /* P host: picks per region after the cap */
+  int64_t *cuts;        /* P host */
+  int64_t *hist;        /* PGS_HIST_BINS host */
+  pgs_msg_t *msgs;      /* 4P host: balance messages */
+} oktopk_state_t;
+
+/** Phase 2 and the finish: G from the reduced region, output, residual.
+ *  @p sparse_step is the index of this call among sparse calls. */
+int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
+                      float *out);
+
+#endif /* PGS_ALGO_OKTOPK_H */

@@ -1,0 +1,266 @@
+/* Ok-Topk, global half: phase 2 and the finish.
+ *
+ * G is the set of reduced region entries with |v| >= the global threshold:
+ * exact (the k-th largest |v| over all regions, by a distributed radix
+ * select over small histograms) on schedule or when the reused threshold
+ * picks outside [k/2, 2k], decided on the allgathered counts so every rank
+ * agrees. Each rank then holds its region's picks; they are rebalanced so
+ * rank j holds floor(T/P) or ceil(T/P) of them in global order, and
+ * allgathered. Output v/P at G; residual cleared at L intersect G.
+ *
+ * Volume cap: every rank knows every rank's pick count and phase-1 volume,
+ * so all compute the same largest per-region cap C that keeps each rank's
+ * total below 6k(P-1)/P words sent and received; regions over C keep their
+ * C largest, and the rest stays in the residuals of the ranks that sent it. */
+#include <string.h>
+
+#include "algo/oktopk.h"
+
+/* Float bits of a non-negative float, and back. */
+static float float_of_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+/* Exact k-th largest |v| over all ranks' regions; 0 if at most k are
+ * nonzero (then G takes every nonzero). Four allreduces of 256 counts. */
+static int global_kth(pgs_bucket_t *b, oktopk_state_t *s, float *thr) {
+  const pgs_split_t *sp = &s->split;
+  uint32_t prefix = 0;
+  int64_t left = b->k;
+  for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
+    memset(s->hist, 0, PGS_HIST_BINS * sizeof(int64_t));
+    int st = b->ops->hist_abs(b->ops, sp->red.ptr,
+                              (size_t)pgs_split_len(sp, b->rank), level,
+                              prefix, s->hist);
+    if (st == PGS_OK)
+      st = pgs_comm_allreduce_host(b->comm, s->hist, PGS_HIST_BINS, PGS_INT64,
+                                   PGS_SUM);
+    if (st != PGS_OK) return st;
+    int64_t total = 0;
+    for (int i = 0; i < PGS_HIST_BINS; ++i) total += s->hist[i];
+    if (level == 0 && total <= left) {
+      *thr = 0.0f;
+      return PGS_OK;
+    }
+    int digit = PGS_HIST_BINS - 1;
+    for (; digit > 0 && s->hist[digit] < left; --digit) left -= s->hist[digit];
+    prefix |= (uint32_t)digit << (24 - 8 * level);
+  }
+  *thr = float_of_bits(prefix);
+  return PGS_OK;
+}
+
+/* Picks of this region at thr, and everyone's (picks, sent, recv). */
+static int count_and_share(pgs_bucket_t *b, oktopk_state_t *s, float thr,
+                           int64_t *total) {
+  const pgs_split_t *sp = &s->split;
+  const int64_t bounds[2] = {0, pgs_split_len(sp, b->rank)};
+  int64_t gt = 0, eq = 0;
+  int st = b->ops->count_regions(b->ops, sp->red.ptr,
+                                 (size_t)bounds[1], bounds, 1, thr, &gt, &eq);
+  if (st != PGS_OK) return st;
+  const int64_t mine[3] = {gt + eq, sp->sent_words, sp->recv_words};
+  st = pgs_comm_allgather_host(b->comm, mine, 3, s->info);
+  if (st != PGS_OK) return st;
+  *total = 0;
+  for (int j = 0; j < b->size; ++j) *total += s->info[3 * j];
+  return PGS_OK;
+}
+
+static int64_t min64(int64_t a, int64_t c) { return a < c ? a : c; }
+static int64_t max64(int64_t a, int64_t c) { return a > c ? a : c; }
+
+/* Balanced share of rank j out of T picks: the first T mod P take one more. */
+static int64_t share(int64_t T, int P, int j) {
+  return T / P + (j < T % P ? 1 : 0);
+}
+static int64_t share_start(int64_t T, int P, int j) {
+  return T / P * j + min64(j, T % P);
+}
+
+static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  return max64(0, min64(a1, b1) - max64(a0, b0));
+}
+
+/* Does capping every region at C picks keep every rank within the bound? */
+static int fits(const pgs_bucket_t *b, const oktopk_state_t *s, int64_t C) {
+  const int P = b->size;
+  if (P == 1) return 1;
+  int64_t T = 0;
+  for (int j = 0; j < P; ++j) T += min64(s->info[3 * j], C);
+  const int64_t limit = 6 * b->k * (P - 1); /* words * P must stay below */
+  int64_t held = 0;
+  for (int j = 0; j < P; ++j) {
+    int64_t c = min64(s->info[3 * j], C), t = share(T, P, j);
+    int64_t t0 = share_start(T, P, j);
+    int64_t keep = overlap(held, held + c, t0, t0 + t);
+    int64_t sent = s->info[3 * j + 1] + 2 * (c - keep) + 2 * t * (P - 1);
+    int64_t recv = s->info[3 * j + 2] + 2 * (t - keep) + 2 * (T - t);
+    if (sent * P >= limit || recv * P >= limit) return 0;
+    held += c;
+  }
+  return 1;
+}
+
+/* Largest per-region cap that fits. C = 0 always fits: phase 1 alone stays
+ * below 3k(P-1)/P words (oktopk.c). */
+static int64_t volume_cap(const pgs_bucket_t *b, const oktopk_state_t *s) {
+  int64_t hi = 0;
+  for (int j = 0; j < b->size; ++j) hi = max64(hi, s->info[3 * j]);
+  if (fits(b, s, hi)) return hi;
+  int64_t lo = 0; /* fits(lo) holds, fits(hi) does not */
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (fits(b, s, mid)) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+/* This region's picks as global pairs in s->gidx/gval, held to @p cap. */
+static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
+                        int64_t cap, int64_t *count) {
+  const pgs_ops_t *ops = b->ops;
+  const pgs_split_t *sp = &s->split;
+  int64_t c = s->info[3 * b->rank];
+  int st = pgs_buf_reserve(ops, &s->gidx, (size_t)(c > 0 ? c : 1) * 4);
+  if (st == PGS_OK)
+    st = pgs_buf_reserve(ops, &s->gval, (size_t)(c > 0 ? c : 1) * 4);
+  if (st != PGS_OK) return st;
+  int64_t got = 0;
+  st = ops->compact(ops, sp->red.ptr, (size_t)pgs_split_len(sp, b->rank), thr,
+                    -1, (int32_t)sp->bounds[b->rank], s->gidx.ptr, s->gval.ptr,
+                    (size_t)c, &got);
+  if (st != PGS_OK) return st;
+  if (got != c) return PGS_ERR_INVALID;
+  *count = c <= cap ? c : cap;
+  if (c <= cap || cap == 0) return PGS_OK;
+  /* Keep the cap largest |v|, ties in index order, in place. */
+  float t = 0.0f;
+  int64_t n_gt = 0;
+  st = ops->kth_abs(ops, s->gval.ptr, (size_t)c, (size_t)cap, &t, &n_gt);
+  if (st == PGS_OK)
+    st = ops->select_pairs(ops, s->gidx.ptr, s->gval.ptr, (size_t)c, t,
+                           cap - n_gt, s->gidx.ptr, s->gval.ptr, (size_t)c,
+                           count);
+  return st;
+}
+
+/* Move picks between ranks so rank j holds share(T, P, j) of them in global
+ * order, into s->bidx/bval. Messages carry indices and values separately so
+ * they land in place. @p held[j] is rank j's pick count after the cap. */
+static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
+                   int64_t T) {
+  const pgs_ops_t *ops = b->ops;
+  const int P = b->size, r = b->rank;
+  int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
+  int st = pgs_buf_reserve(ops, &s->bidx, (size_t)(mine > 0 ? mine : 1) * 4);
+  if (st == PGS_OK)
+    st = pgs_buf_reserve(ops, &s->bval, (size_t)(mine > 0 ? mine : 1) * 4);
+  if (st != PGS_OK) return st;
+  int32_t *gi = s->gidx.ptr, *bi = s->bidx.ptr;
+  float *gv = s->gval.ptr, *bv = s->bval.ptr;
+  pgs_msg_t *sends = s->msgs, *recvs = s->msgs + 2 * P;
+  int ns = 0, nr = 0;
+  int64_t h0 = 0; /* global position of rank j's first pick */
+  int64_t me0 = 0;
+  for (int j = 0; j < r; ++j) me0 += held[j];
+  for (int j = 0; j < P; ++j) {
+    int64_t t0 = share_start(T, P, j), t1 = t0 + share(T, P, j);
+    /* What of mine goes to j, and what of j's comes to me. */
+    int64_t out0 = max64(me0, t0), out1 = min64(me0 + held[r], t1);
+    int64_t in0 = max64(h0, my0), in1 = min64(h0 + held[j], my0 + mine);
+    if (j == r && out1 > out0) {
+      st = ops->copy(ops, bi + (out0 - my0), gi + (out0 - me0),
+                     (size_t)(out1 - out0) * 4, PGS_COPY_SAME);
+      if (st == PGS_OK)
+        st = ops->copy(ops, bv + (out0 - my0), gv + (out0 - me0),
+                       (size_t)(out1 - out0) * 4, PGS_COPY_SAME);
+      if (st != PGS_OK) return st;
+    } else if (j != r) {
+      if (out1 > out0) {
+        size_t bytes = (size_t)(out1 - out0) * 4;
+        sends[ns++] = (pgs_msg_t){j, gi + (out0 - me0), bytes};
+        sends[ns++] = (pgs_msg_t){j, gv + (out0 - me0), bytes};
+      }
+      if (in1 > in0) {
+        size_t bytes = (size_t)(in1 - in0) * 4;
+        recvs[nr++] = (pgs_msg_t){j, bi + (in0 - my0), bytes};
+        recvs[nr++] = (pgs_msg_t){j, bv + (in0 - my0), bytes};
+      }
+    }
+    h0 += held[j];
+  }
+  return pgs_comm_exchange(b->comm, sends, ns, recvs, nr);
+}
+
+/* Allgather of the balanced shares: G ascending in s->aidx/aval. */
+static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
+  const int P = b->size;
+  size_t *bytes = b->host_bytes, *displs = b->host_bytes + P;
+  for (int j = 0; j < P; ++j) {
+    bytes[j] = (size_t)share(T, P, j) * 4;
+    displs[j] = (size_t)share_start(T, P, j) * 4;
+  }
+  size_t all = (size_t)(T > 0 ? T : 1) * 4;
+  int st = pgs_buf_reserve(b->ops, &s->aidx, all);
+  if (st == PGS_OK) st = pgs_buf_reserve(b->ops, &s->aval, all);
+  if (st == PGS_OK)
+    st = pgs_comm_allgatherv(b->comm, s->bidx.ptr, bytes[b->rank], s->aidx.ptr,
+                             bytes, displs);
+  if (st == PGS_OK)
+    st = pgs_comm_allgatherv(b->comm, s->bval.ptr, bytes[b->rank], s->aval.ptr,
+                             bytes, displs);
+  return st;
+}
+
+/* Global threshold and everyone's counts at it; *T is the total. */
+static int global_threshold(pgs_bucket_t *b, oktopk_state_t *s,
+                            int64_t sparse_step, float *thr, int64_t *T) {
+  int exact = sparse_step % b->cfg.tau_prime == 0 || s->thr_global < 0.0f;
+  int st = PGS_OK;
+  if (!exact) {
+    st = count_and_share(b, s, s->thr_global, T);
+    /* Every rank sees the same T, so all take the same branch. */
+    exact = st == PGS_OK && (*T < (b->k + 1) / 2 || *T > 2 * b->k);
+  }
+  if (st == PGS_OK && exact) {
+    st = global_kth(b, s, &s->thr_global);
+    if (st == PGS_OK) st = count_and_share(b, s, s->thr_global, T);
+    b->stats.global_recomputed = 1;
+  }
+  *thr = s->thr_global;
+  return st;
+}
+
+int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
+                      float *out) {
+  const pgs_ops_t *ops = b->ops;
+  const int P = b->size;
+  float thr = 0.0f;
+  int64_t T = 0, c = 0;
+  int st = global_threshold(b, s, sparse_step, &thr, &T);
+  if (st != PGS_OK) return st;
+  const int64_t cap = volume_cap(b, s);
+  st = region_picks(b, s, thr, cap, &c);
+  if (st != PGS_OK) return st;
+  T = 0;
+  for (int j = 0; j < P; ++j) {
+    s->held[j] = min64(s->info[3 * j], cap);
+    b->stats.trimmed += s->info[3 * j] - s->held[j];
+    T += s->held[j];
+  }
+  if (s->held[b->rank] != c) return PGS_ERR_INVALID; /* ops broke contract */
+  st = balance(b, s, s->held, T);
+  if (st == PGS_OK) st = gather_all(b, s, T);
+  if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
+  /* G is duplicate-free: one add per entry into zero gives v/P. */
+  if (st == PGS_OK)
+    st = ops->scatter_add(ops, out, b->n, s->aidx.ptr, s->aval.ptr, (size_t)T,
+                          1.0f / (float)P);
+  if (st != PGS_OK) return st;
+  b->stats.global_selected = T;
+  b->stats.global_threshold = thr;
+  return pgs_split_zero_common(b, &s->split, b->resid, s->aidx.ptr, (size_t)T);
+}

@@ -1,0 +1,83 @@
+/* Building blocks shared by the sparse algorithms: exact top-k selection,
+ * allgather of pair blocks and their application. */
+#include <math.h>
+
+#include "algo/algo_internal.h"
+
+int pgs_select_topk(pgs_bucket_t *b, const float *x, size_t n, int64_t k,
+                    int32_t idx_offset, void *dst, size_t cap, int64_t *m,
+                    float *thr) {
+  const pgs_ops_t *ops = b->ops;
+  float t = 0.0f;
+  int64_t n_gt = 0;
+  if (k > (int64_t)n) k = (int64_t)n;
+  int st = ops->kth_abs(ops, x, n, (size_t)k, &t, &n_gt);
+  if (st != PGS_OK) return st;
+  /* With t > 0 exactly k entries are taken: all above t, then ties in index
+   * order. With t == 0 fewer than k entries are nonzero; take them all. */
+  int64_t count = t > 0.0f ? k : n_gt;
+  int64_t quota = t > 0.0f ? k - n_gt : 0;
+  if ((size_t)count > cap) return PGS_ERR_OVERFLOW;
+  int64_t got = 0;
+  st = ops->compact(ops, x, n, t, quota, idx_offset, pgs_block_idx(dst),
+                    pgs_block_val(dst, count), (size_t)count, &got);
+  if (st != PGS_OK) return st;
+  if (got != count) return PGS_ERR_INVALID; /* ops broke its contract */
+  *m = count;
+  if (thr != NULL) *thr = t;
+  return PGS_OK;
+}
+
+int pgs_allgather_blocks(pgs_bucket_t *b, const void *send, int64_t m,
+                         int64_t *total) {
+  const int P = b->size;
+  int64_t *counts = b->host_counts;
+  int st = pgs_comm_allgather_host(b->comm, &m, 1, counts);
+  if (st != PGS_OK) return st;
+  size_t *bytes = b->host_bytes, *displs = b->host_bytes + P;
+  size_t off = 0;
+  for (int r = 0; r < P; ++r) {
+    if (counts[r] < 0) return PGS_ERR_INDEX;
+    bytes[r] = (size_t)counts[r] * 8;
+    displs[r] = off;
+    off += bytes[r];
+  }
+  st = pgs_buf_reserve(b->ops, &b->recv, off);
+  if (st != PGS_OK) return st;
+  st = pgs_comm_allgatherv(b->comm, send, (size_t)m * 8, b->recv.ptr, bytes,
+                           displs);
+  if (st != PGS_OK) return st;
+  *total = (int64_t)(off / 8);
+  return PGS_OK;
+}
+
+int pgs_apply_blocks(pgs_bucket_t *b, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  int st = ops->fill_zero(ops, out, b->n * sizeof(float));
+  if (st != PGS_OK) return st;
+  char *base = b->recv.ptr;
+  for (int r = 0; r < b->size; ++r) {
+    int64_t m = b->host_counts[r];
+    /* Every peer's block is validated by scatter_add before it lands. */
+    st = ops->scatter_add(ops, out, b->n, pgs_block_idx(base),
+                          pgs_block_val(base, m), (size_t)m, 1.0f);
+    if (st != PGS_OK) return st;
+    base += m * 8;
+  }
+  return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
+}
+
+double pgs_normal_two_sided_quantile(double p) {
+  /* Solve erfc(z / sqrt 2) = p by bisection: monotone, 60 halvings reach
+   * double precision, and it runs once per call on one scalar. */
+  if (p >= 1.0) return 0.0;
+  double lo = 0.0, hi = 40.0;
+  for (int i = 0; i < 60; ++i) {
+    double mid = 0.5 * (lo + hi);
+    if (erfc(mid / sqrt(2.0)) > p)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return 0.5 * (lo + hi);
+}

@@ -1,0 +1,230 @@
+#include "algo/split.h"
+
+#include <stdlib.h>
+
+/* Steps of the rotated exchange posted together: enough to keep several
+ * messages in flight, few enough that reducing one batch overlaps the next
+ * (the reference uses the same batch of four). */
+enum { SPLIT_BATCH = 4 };
+
+int pgs_split_init(pgs_split_t *s, int rank, int size) {
+  s->rank = rank;
+  s->size = size;
+  const size_t P = (size_t)size;
+  s->bounds = calloc(P + 1, sizeof(int64_t));
+  s->gt = calloc(P, sizeof(int64_t));
+  s->eq = calloc(P, sizeof(int64_t));
+  s->m = calloc(P, sizeof(int64_t));
+  s->rthr = calloc(P, sizeof(float));
+  s->rquota = calloc(P, sizeof(int64_t));
+  s->off = calloc(P + 1, sizeof(int64_t));
+  s->rcnt = calloc(P, sizeof(int64_t));
+  s->roff = calloc(P + 1, sizeof(int64_t));
+  /* Two slots in flight, each with up to SPLIT_BATCH sends and receives. */
+  s->msgs = calloc(4 * (size_t)SPLIT_BATCH, sizeof(pgs_msg_t));
+  if (!s->bounds || !s->gt || !s->eq || !s->m || !s->rthr || !s->rquota ||
+      !s->off || !s->rcnt || !s->roff || !s->msgs)
+    return PGS_ERR_NO_MEMORY;
+  return PGS_OK;
+}
+
+void pgs_split_fini(pgs_split_t *s, const pgs_ops_t *ops) {
+  free(s->bounds);
+  free(s->gt);
+  free(s->eq);
+  free(s->m);
+  free(s->rthr);
+  free(s->rquota);
+  free(s->off);
+  free(s->rcnt);
+  free(s->roff);
+  free(s->msgs);
+  pgs_buf_release(ops, &s->send);
+  pgs_buf_release(ops, &s->recv);
+  pgs_buf_release(ops, &s->red);
+}
+
+void pgs_split_equal_bounds(pgs_split_t *s, int64_t n) {
+  for (int j = 0; j <= s->size; ++j) s->bounds[j] = n * j / s->size;
+}
+
+static int32_t *block_at(const pgs_buf_t *buf, const int64_t *off, int j) {
+  return (int32_t *)buf->ptr + 2 * off[j];
+}
+
+/* Hold region j to its @p cap largest |x| (ties in index order). */
+static int cap_region(pgs_bucket_t *b, pgs_split_t *s, const float *x, int j,
+                      int64_t cap, int64_t *capped) {
+  *capped += s->m[j] - cap;
+  s->m[j] = cap;
+  if (cap == 0) return PGS_OK;
+  int64_t n_gt = 0;
+  int st = b->ops->kth_abs(b->ops, x + s->bounds[j],
+                           (size_t)pgs_split_len(s, j), (size_t)cap,
+                           &s->rthr[j], &n_gt);
+  s->rquota[j] = cap - n_gt;
+  return st;
+}
+
+/* Per-region counts, tie quotas (in global index order) and caps. */
+static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const float *x,
+                        float thr, int64_t eq_quota, int64_t cap,
+                        int64_t *capped) {
+  const int P = s->size;
+  int st = b->ops->count_regions(b->ops, x, b->n, s->bounds, P, thr, s->gt, s->eq);
+  if (st != PGS_OK) return st;
+  int64_t left = eq_quota;
+  for (int j = 0; j < P; ++j) {
+    int64_t q = s->eq[j];
+    if (left >= 0) {
+      q = q < left ? q : left;
+      left -= q;
+    }
+    s->rthr[j] = thr;
+    s->rquota[j] = q;
+    s->m[j] = s->gt[j] + q;
+  }
+  for (int j = 0; j < P; ++j) {
+    /* Our own region never travels, so it is never capped. */
+    if (j == s->rank || cap < 0 || s->m[j] <= cap) continue;
+    st = cap_region(b, s, x, j, cap, capped);
+    if (st != PGS_OK) return st;
+  }
+  return PGS_OK;
+}
+
+int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x,
+                     float thr, int64_t eq_quota, int64_t cap,
+                     int64_t *m_total, int64_t *capped) {
+  const pgs_ops_t *ops = b->ops;
+  const int P = s->size;
+  int st = plan_regions(b, s, x, thr, eq_quota, cap, capped);
+  if (st != PGS_OK) return st;
+  s->off[0] = 0;
+  for (int j = 0; j < P; ++j) s->off[j + 1] = s->off[j] + s->m[j];
+  st = pgs_buf_reserve(ops, &s->send, (size_t)s->off[P] * 8);
+  if (st != PGS_OK) return st;
+  for (int j = 0; j < P; ++j) {
+    if (s->m[j] == 0) continue;
+    int32_t *blk = block_at(&s->send, s->off, j);
+    int64_t got = 0;
+    st = ops->compact(ops, x + s->bounds[j], (size_t)pgs_split_len(s, j),
+                      s->rthr[j], s->rquota[j], 0, blk,
+                      pgs_block_val(blk, s->m[j]), (size_t)s->m[j], &got);
+    if (st != PGS_OK) return st;
+    if (got != s->m[j]) return PGS_ERR_INVALID; /* ops broke its contract */
+  }
+  *m_total = s->off[P];
+  return PGS_OK;
+}
+
+/* Receive layout: one block per step t = 1..P-1 (source r - t) at pair
+ * offset roff[t-1], in step order, which is also the order of reduction. */
+static int plan_receive(pgs_bucket_t *b, pgs_split_t *s) {
+  const int P = s->size, r = s->rank;
+  int st = pgs_comm_alltoall_host(b->comm, s->m, s->rcnt);
+  if (st != PGS_OK) return st;
+  const int64_t own = pgs_split_len(s, r);
+  s->roff[0] = 0;
+  s->sent_words = 0;
+  for (int t = 1; t < P; ++t) {
+    int64_t c = s->rcnt[(r - t + P) % P];
+    /* A peer sends each index of our region at most once. */
+    if (c < 0 || c > own) return PGS_ERR_INDEX;
+    s->roff[t] = s->roff[t - 1] + c;
+    s->sent_words += 2 * s->m[(r + t) % P];
+  }
+  s->recv_words = 2 * s->roff[P - 1];
+  st = pgs_buf_reserve(b->ops, &s->recv, (size_t)s->roff[P - 1] * 8);
+  if (st != PGS_OK) return st;
+  st = pgs_buf_reserve(b->ops, &s->red, (size_t)(own > 0 ? own : 1) * 4);
+  if (st != PGS_OK) return st;
+  return b->ops->fill_zero(b->ops, s->red.ptr, (size_t)own * 4);
+}
+
+static int32_t *recv_block(const pgs_split_t *s, int t) {
+  return (int32_t *)s->recv.ptr + 2 * s->roff[t - 1];
+}
+
+/* Steps [first, batch_end(first)) form one batch. */
+static int batch_end(const pgs_split_t *s, int first) {
+  return first + SPLIT_BATCH < s->size ? first + SPLIT_BATCH : s->size;
+}
+
+static int post_batch(pgs_bucket_t *b, pgs_split_t *s, int first, int slot) {
+  const int P = s->size, r = s->rank;
+  pgs_msg_t *sends = s->msgs + slot * 2 * SPLIT_BATCH;
+  pgs_msg_t *recvs = sends + SPLIT_BATCH;
+  int ns = 0, nr = 0;
+  for (int t = first; t < batch_end(s, first); ++t) {
+    int dst = (r + t) % P, src = (r - t + P) % P;
+    if (s->m[dst] > 0)
+      sends[ns++] = (pgs_msg_t){dst, block_at(&s->send, s->off, dst),
+                                (size_t)s->m[dst] * 8};
+    if (s->rcnt[src] > 0)
+      recvs[nr++] = (pgs_msg_t){src, recv_block(s, t),
+                                (size_t)s->rcnt[src] * 8};
+  }
+  return pgs_comm_exchange_start(b->comm, sends, ns, recvs, nr, slot);
+}
+
+static int reduce_block(pgs_bucket_t *b, pgs_split_t *s, int32_t *blk,
+                        int64_t c) {
+  if (c == 0) return PGS_OK;
+  /* scatter_add validates every index against the region before adding. */
+  return b->ops->scatter_add(b->ops, s->red.ptr,
+                             (size_t)pgs_split_len(s, s->rank), blk,
+                             pgs_block_val(blk, c), (size_t)c, 1.0f);
+}
+
+static int reduce_batch(pgs_bucket_t *b, pgs_split_t *s, int first) {
+  const int P = s->size, r = s->rank;
+  for (int t = first; t < batch_end(s, first); ++t) {
+    int st = reduce_block(b, s, recv_block(s, t), s->rcnt[(r - t + P) % P]);
+    if (st != PGS_OK) return st;
+  }
+  return PGS_OK;
+}
+
+int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
+  const int P = s->size, r = s->rank;
+  int st = plan_receive(b, s);
+  if (st != PGS_OK) return st;
+  /* Our own contribution first, then sources r-1, r-2, ...: a fixed order. */
+  st = reduce_block(b, s, block_at(&s->send, s->off, r), s->m[r]);
+  if (st != PGS_OK || P == 1) return st;
+  st = post_batch(b, s, 1, 0);
+  for (int first = 1, i = 0; first < P && st == PGS_OK; ++i) {
+    int next = batch_end(s, first);
+    /* Post the next batch before reducing this one, so they overlap. */
+    if (next < P) st = post_batch(b, s, next, (i + 1) % 2);
+    if (st == PGS_OK) st = pgs_comm_exchange_wait(b->comm, i % 2);
+    if (st == PGS_OK) st = reduce_batch(b, s, first);
+    first = next;
+  }
+  return st;
+}
+
+int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x) {
+  for (int j = 0; j < s->size; ++j) {
+    if (s->m[j] == 0) continue;
+    int st = b->ops->zero_at(b->ops, x + s->bounds[j],
+                             (size_t)pgs_split_len(s, j),
+                             block_at(&s->send, s->off, j), (size_t)s->m[j]);
+    if (st != PGS_OK) return st;
+  }
+  return PGS_OK;
+}
+
+int pgs_split_zero_common(pgs_bucket_t *b, pgs_split_t *s, float *x,
+                          const int32_t *g, size_t ng) {
+  if (ng == 0) return PGS_OK;
+  for (int j = 0; j < s->size; ++j) {
+    if (s->m[j] == 0) continue;
+    int st = b->ops->zero_common(b->ops, x, b->n,
+                                 block_at(&s->send, s->off, j),
+                                 (size_t)s->m[j], (int32_t)s->bounds[j], g, ng);
+    if (st != PGS_OK) return st;
+  }
+  return PGS_OK;
+}

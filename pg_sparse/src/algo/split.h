@@ -1,0 +1,62 @@
+/* Split and reduce (Ok-Topk phase 1, shared with TopkDSA).
+ *
+ * [0, n) is cut into P regions; rank j owns [bounds[j], bounds[j+1]).
+ * Each rank selects entries of its accumulator, packs them per region as
+ * region-relative pairs, sends every block to the region's owner in rotated
+ * order (send to r+s, receive from r-s), and scatter-adds what it receives
+ * into a dense copy of its own region, in a fixed source order so the sums
+ * are the same on every run. */
+#ifndef PGS_ALGO_SPLIT_H
+#define PGS_ALGO_SPLIT_H
+
+#include "algo/algo_internal.h"
+
+typedef struct pgs_split {
+  int size, rank;
+  int64_t *bounds; /* P + 1, host */
+  int64_t *gt, *eq; /* P, host: counts of the selection per region */
+  int64_t *m;       /* P, host: pairs selected per region */
+  float *rthr;      /* P, host: threshold used in each region */
+  int64_t *rquota;  /* P, host: ties taken in each region */
+  int64_t *off;     /* P + 1, host: pair offset of each region's block */
+  int64_t *rcnt;    /* P, host: pairs received from each rank */
+  int64_t *roff;    /* P + 1, host: pair offset of each source's block */
+  pgs_msg_t *msgs;  /* 2 * P, host */
+  pgs_buf_t send;   /* blocks [idx m_j | val m_j] back to back */
+  pgs_buf_t recv;   /* received blocks, by source */
+  pgs_buf_t red;    /* dense reduced own region */
+  int64_t sent_words, recv_words; /* data words of the last reduce */
+} pgs_split_t;
+
+int pgs_split_init(pgs_split_t *s, int rank, int size);
+void pgs_split_fini(pgs_split_t *s, const pgs_ops_t *ops);
+
+/** Equal static regions (TopkDSA). */
+void pgs_split_equal_bounds(pgs_split_t *s, int64_t n);
+
+/** Length of region @p j. */
+static inline int64_t pgs_split_len(const pgs_split_t *s, int j) {
+  return s->bounds[j + 1] - s->bounds[j];
+}
+
+/** Select the entries of x with |x| > thr plus the first @p eq_quota ties in
+ *  global index order (all ties if negative), pack them per region. Blocks
+ *  for other ranks hold at most @p cap pairs (negative: no cap): the largest
+ *  by |x| are kept and the rest count in *capped (they stay in the residual).
+ *  *m_total receives the pairs selected. */
+int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x,
+                     float thr, int64_t eq_quota, int64_t cap,
+                     int64_t *m_total, int64_t *capped);
+
+/** Exchange the blocks and reduce this rank's region into s->red. */
+int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s);
+
+/** x[i] = 0 at every selected entry. */
+int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x);
+
+/** x[i] = 0 at every selected entry that also occurs in the ascending global
+ *  index list g (L intersect G). */
+int pgs_split_zero_common(pgs_bucket_t *b, pgs_split_t *s, float *x,
+                          const int32_t *g, size_t ng);
+
+#endif /* PGS_ALGO_SPLIT_H */

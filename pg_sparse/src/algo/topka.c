@@ -1,0 +1,38 @@
+/* topka: each rank's exact local top-k of |grad + residual| is allgathered
+ * and summed everywhere; the residual is cleared where this rank sent.
+ * Volume 2k(P-1) words per rank. */
+#include "algo/algo_internal.h"
+
+static int topka_step(pgs_bucket_t *b, const float *grad, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  if (st != PGS_OK) return st;
+  st = pgs_buf_reserve(ops, &b->pairs, (size_t)b->k * 8);
+  if (st != PGS_OK) return st;
+  int64_t m = 0;
+  float thr = 0.0f;
+  st = pgs_select_topk(b, b->resid, b->n, b->k, 0, b->pairs.ptr,
+                       (size_t)b->k, &m, &thr);
+  if (st != PGS_OK) return st;
+  b->stats.local_selected = m;
+  b->stats.local_recomputed = 1;
+  b->stats.local_threshold = thr;
+
+  pgs_phase_enter(b, PGS_PHASE_GATHER);
+  int64_t total = 0;
+  st = pgs_allgather_blocks(b, b->pairs.ptr, m, &total);
+  if (st != PGS_OK) return st;
+  st = pgs_apply_blocks(b, out);
+  if (st != PGS_OK) return st;
+  b->stats.global_selected = total;
+  /* Everything sent was applied, so none of it stays behind. */
+  return ops->zero_at(ops, b->resid, b->n, pgs_block_idx(b->pairs.ptr),
+                      (size_t)m);
+}
+
+const pgs_algo_vtable_t pgs_algo_topka = {
+    .id = PGS_ALGO_TOPKA,
+    .init = NULL,
+    .step = topka_step,
+    .fini = NULL,
+};

@@ -1,0 +1,104 @@
+/* topkdsa (SparCML-style): Ok-Topk's split and reduce on static equal
+ * regions, then an allgather of every reduced nonzero, or of the dense
+ * regions when the union of picks exceeds n/3 (then dense is cheaper). The
+ * residual is cleared at the local top-k: all of it reaches the output. */
+#include <stdlib.h>
+
+#include "algo/split.h"
+
+typedef struct topkdsa_state {
+  pgs_split_t split;
+} topkdsa_state_t;
+
+static int topkdsa_init(pgs_bucket_t *b) {
+  topkdsa_state_t *s = calloc(1, sizeof(*s));
+  if (s == NULL) return PGS_ERR_NO_MEMORY;
+  b->algo_state = s;
+  int st = pgs_split_init(&s->split, b->rank, b->size);
+  if (st == PGS_OK) pgs_split_equal_bounds(&s->split, (int64_t)b->n);
+  return st;
+}
+
+static void topkdsa_fini(pgs_bucket_t *b) {
+  topkdsa_state_t *s = b->algo_state;
+  if (s == NULL) return;
+  pgs_split_fini(&s->split, b->ops);
+  free(s);
+  b->algo_state = NULL;
+}
+
+/* Every rank's reduced region, in place in out: regions are contiguous. */
+static int gather_dense(pgs_bucket_t *b, pgs_split_t *sp, float *out) {
+  size_t *bytes = b->host_bytes, *displs = b->host_bytes + b->size;
+  for (int j = 0; j < b->size; ++j) {
+    bytes[j] = (size_t)pgs_split_len(sp, j) * 4;
+    displs[j] = (size_t)sp->bounds[j] * 4;
+  }
+  int st = pgs_comm_allgatherv(b->comm, sp->red.ptr, bytes[b->rank], out,
+                               bytes, displs);
+  if (st != PGS_OK) return st;
+  return b->ops->scale(b->ops, out, b->n, 1.0f / (float)b->size);
+}
+
+/* The reduced nonzeros of every region as global pairs. */
+static int gather_sparse(pgs_bucket_t *b, pgs_split_t *sp, int64_t mine,
+                         float *out) {
+  const pgs_ops_t *ops = b->ops;
+  int st = pgs_buf_reserve(ops, &b->pairs, (size_t)mine * 8);
+  if (st != PGS_OK) return st;
+  int64_t got = 0;
+  st = ops->compact(ops, sp->red.ptr, (size_t)pgs_split_len(sp, b->rank),
+                    0.0f, 0, (int32_t)sp->bounds[b->rank],
+                    pgs_block_idx(b->pairs.ptr),
+                    pgs_block_val(b->pairs.ptr, mine), (size_t)mine, &got);
+  if (st != PGS_OK) return st;
+  if (got != mine) return PGS_ERR_INVALID;
+  int64_t total = 0;
+  st = pgs_allgather_blocks(b, b->pairs.ptr, mine, &total);
+  if (st != PGS_OK) return st;
+  return pgs_apply_blocks(b, out);
+}
+
+static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
+  topkdsa_state_t *s = b->algo_state;
+  pgs_split_t *sp = &s->split;
+  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  if (st != PGS_OK) return st;
+  float thr = 0.0f;
+  int64_t n_gt = 0, m = 0, capped = 0;
+  st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
+  if (st != PGS_OK) return st;
+  st = pgs_split_select(b, sp, b->resid, thr, thr > 0.0f ? b->k - n_gt : 0,
+                        -1, &m, &capped);
+  if (st != PGS_OK) return st;
+  b->stats.local_selected = m;
+  b->stats.local_recomputed = 1;
+  b->stats.local_threshold = thr;
+
+  pgs_phase_enter(b, PGS_PHASE_REDUCE);
+  st = pgs_split_reduce(b, sp);
+  if (st != PGS_OK) return st;
+
+  pgs_phase_enter(b, PGS_PHASE_GATHER);
+  const int64_t zero_bounds[2] = {0, pgs_split_len(sp, b->rank)};
+  int64_t mine = 0, eq = 0;
+  st = b->ops->count_regions(b->ops, sp->red.ptr,
+                             (size_t)zero_bounds[1], zero_bounds, 1, 0.0f, &mine,
+                             &eq);
+  if (st != PGS_OK) return st;
+  int64_t uni = mine;
+  st = pgs_comm_allreduce_host(b->comm, &uni, 1, PGS_INT64, PGS_SUM);
+  if (st != PGS_OK) return st;
+  b->stats.global_selected = uni;
+  st = 3 * uni > (int64_t)b->n ? gather_dense(b, sp, out)
+                                : gather_sparse(b, sp, mine, out);
+  if (st != PGS_OK) return st;
+  return pgs_split_zero_selected(b, sp, b->resid);
+}
+
+const pgs_algo_vtable_t pgs_algo_topkdsa = {
+    .id = PGS_ALGO_TOPKDSA,
+    .init = topkdsa_init,
+    .step = topkdsa_step,
+    .fini = topkdsa_fini,
+};

@@ -1,0 +1,259 @@
+/* Host selection kernels: threshold counts, radix histograms, exact k-th
+ * largest |x| by radix select, and index-order compaction.
+ *
+ * Everything here orders |x| by the bits of the float with the sign cleared
+ * (pgs_cpu_abs_bits), so the radix select, the histograms and the float
+ * comparisons of compact agree exactly, denormals included. */
+#include "cpu_ops_internal.h"
+
+#include <math.h>
+#include <stdbool.h>
+
+/* ---- radix histograms ---------------------------------------------------- */
+
+/* Which entries one radix level looks at and where it bins them. */
+typedef struct radix_level {
+  uint32_t mask;  /* top 8*level bits (0 at level 0: every entry matches) */
+  uint32_t want;  /* prefix & mask */
+  unsigned shift; /* the level's byte is (bits >> shift) & 0xff */
+} radix_level_t;
+
+static radix_level_t radix_level_make(int level, uint32_t prefix) {
+  radix_level_t r;
+  /* Built without a shift by 32, which C leaves undefined. */
+  r.mask = level == 0 ? 0u : ~0u << (32 - 8 * level);
+  r.want = prefix & r.mask;
+  r.shift = (unsigned)(24 - 8 * level);
+  return r;
+}
+
+/* Interleaved sub-histograms: |x| of real data shares a few exponents, so a
+ * single histogram would serialise on increments of the same bin. */
+#define SUBHIST 4
+typedef int64_t subhist_t[SUBHIST][PGS_HIST_BINS];
+
+/* Whether entry bits b belong to the level: nonzero (zeros are skipped, they
+ * carry nothing; kth_abs accounts for them separately) and on the prefix. */
+static inline bool level_match(radix_level_t lv, uint32_t b) {
+  return b != 0 && (b & lv.mask) == lv.want;
+}
+
+/* Counting with a branch: fastest when the match test is predictable
+ * (level 0, where almost everything matches, or a rare prefix). */
+static void hist_branchy(const float *x, size_t n, radix_level_t lv,
+                         subhist_t h) {
+  size_t i = 0;
+  for (; i + SUBHIST <= n; i += SUBHIST) {
+    for (int u = 0; u < SUBHIST; ++u) {
+      uint32_t b = pgs_cpu_abs_bits(x[i + (size_t)u]);
+      if (level_match(lv, b)) ++h[u][(b >> lv.shift) & 0xffu];
+    }
+  }
+  for (; i < n; ++i) {
+    uint32_t b = pgs_cpu_abs_bits(x[i]);
+    if (level_match(lv, b)) ++h[0][(b >> lv.shift) & 0xffu];
+  }
+}
+
+/* Counting without a branch (adds 0 or 1): a mixed prefix, where about half
+ * the entries match, would mispredict the branch every other entry and run
+ * several times slower. */
+static void hist_branchless(const float *x, size_t n, radix_level_t lv,
+                            subhist_t h) {
+  size_t i = 0;
+  for (; i + SUBHIST <= n; i += SUBHIST) {
+    for (int u = 0; u < SUBHIST; ++u) {
+      uint32_t b = pgs_cpu_abs_bits(x[i + (size_t)u]);
+      h[u][(b >> lv.shift) & 0xffu] += level_match(lv, b);
+    }
+  }
+  for (; i < n; ++i) {
+    uint32_t b = pgs_cpu_abs_bits(x[i]);
+    h[0][(b >> lv.shift) & 0xffu] += level_match(lv, b);
+  }
+}
+
+/* One level's histogram of x into out (overwritten); returns its total.
+ * @p mixed picks the branch-free loop for prefixes that many entries share. */
+static int64_t hist_level_sum(const float *x, size_t n, radix_level_t lv,
+                              bool mixed, int64_t out[PGS_HIST_BINS]) {
+  subhist_t h;
+  memset(h, 0, sizeof h);
+  if (mixed)
+    hist_branchless(x, n, lv, h);
+  else
+    hist_branchy(x, n, lv, h);
+  int64_t total = 0;
+  for (int b = 0; b < PGS_HIST_BINS; ++b) {
+    out[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
+    total += out[b];
+  }
+  return total;
+}
+
+int pgs_cpu_hist_abs(const pgs_ops_t *ops, const float *x, size_t n, int level,
+                     uint32_t prefix, int64_t *hist_host) {
+  (void)ops;
+  if (hist_host == NULL || (x == NULL && n > 0)) return PGS_ERR_INVALID;
+  if (level < 0 || level >= PGS_HIST_LEVELS) return PGS_ERR_INVALID;
+  int64_t h[PGS_HIST_BINS];
+  /* How many entries share the prefix is unknown here, so levels past 0
+   * take the loop without a worst case. */
+  hist_level_sum(x, n, radix_level_make(level, prefix), level > 0, h);
+  /* Added to, not overwritten: callers sum partial histograms. */
+  for (int b = 0; b < PGS_HIST_BINS; ++b) hist_host[b] += h[b];
+  return PGS_OK;
+}
+
+/* ---- exact k-th largest |x| -------------------------------------------- */
+
+/* Finds the bin, scanning from the top, that holds the *k-th largest entry;
+ * on return *k is the rank inside that bin and *above has grown by the
+ * number of entries in higher bins. Requires 1 <= *k <= sum of h. */
+static int pick_bin(const int64_t h[PGS_HIST_BINS], int64_t *k,
+                    int64_t *above) {
+  int b = PGS_HIST_BINS - 1;
+  for (; b > 0 && h[b] < *k; --b) {
+    *k -= h[b];
+    *above += h[b];
+  }
+  return b;
+}
+
+int pgs_cpu_kth_abs(const pgs_ops_t *ops, const float *x, size_t n, size_t k,
+                    float *thr, int64_t *n_gt) {
+  (void)ops;
+  if (thr == NULL || n_gt == NULL || x == NULL) return PGS_ERR_INVALID;
+  if (k < 1 || k > n) return PGS_ERR_INVALID;
+  if (n > (size_t)INT64_MAX) return PGS_ERR_UNSUPPORTED;
+  int64_t h[PGS_HIST_BINS];
+  uint32_t prefix = 0;
+  int64_t rank = (int64_t)k, above = 0;
+  int64_t nnz = hist_level_sum(x, n, radix_level_make(0, 0), false, h);
+  if (rank > nnz) {
+    /* The k-th largest is one of the zeros; every nonzero lies above it. */
+    *thr = 0.0f;
+    *n_gt = nnz;
+    return PGS_OK;
+  }
+  /* Each level fixes one more byte of the answer's bits; entries in higher
+   * bins are strictly larger, which accumulates n_gt on the way. */
+  for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
+    /* The chosen bin's count is how many entries the next level matches:
+     * a predictable branch below 1/8 of n, the branch-free loop above. */
+    uint32_t bin = (uint32_t)pick_bin(h, &rank, &above);
+    prefix |= bin << (24 - 8 * level);
+    if (level + 1 < PGS_HIST_LEVELS) {
+      bool mixed = (uint64_t)h[bin] > n / 8;
+      hist_level_sum(x, n, radix_level_make(level + 1, prefix), mixed, h);
+    }
+  }
+  memcpy(thr, &prefix, sizeof *thr);
+  *n_gt = above;
+  return PGS_OK;
+}
+
+/* ---- threshold counts per region ------------------------------------- */
+
+static bool bounds_valid(const int64_t *bounds, int nreg, size_t n) {
+  if (bounds[0] < 0 || (uint64_t)bounds[nreg] > (uint64_t)n) return false;
+  for (int j = 0; j < nreg; ++j)
+    if (bounds[j + 1] < bounds[j]) return false;
+  return true;
+}
+
+int pgs_cpu_count_regions(const pgs_ops_t *ops, const float *x, size_t n,
+                          const int64_t *bounds_host, int nreg, float thr,
+                          int64_t *n_gt_host, int64_t *n_eq_host) {
+  (void)ops;
+  if (nreg < 0 || bounds_host == NULL) return PGS_ERR_INVALID;
+  if (nreg > 0 && (n_gt_host == NULL || n_eq_host == NULL))
+    return PGS_ERR_INVALID;
+  if (!bounds_valid(bounds_host, nreg, n)) return PGS_ERR_INVALID;
+  if (x == NULL && bounds_host[nreg] > bounds_host[0]) return PGS_ERR_INVALID;
+  for (int j = 0; j < nreg; ++j) {
+    int64_t gt = 0, eq = 0;
+    /* Branch-free counts so the loop vectorises; zeros never count. */
+    for (int64_t i = bounds_host[j]; i < bounds_host[j + 1]; ++i) {
+      float a = fabsf(x[i]);
+      gt += (a > thr) & (x[i] != 0.0f);
+      eq += (a == thr) & (x[i] != 0.0f);
+    }
+    n_gt_host[j] = gt;
+    n_eq_host[j] = eq;
+  }
+  return PGS_OK;
+}
+
+/* ---- compaction -------------------------------------------------------- */
+
+/* Selection state of one compaction: the threshold and the ties still
+ * allowed through (INT64_MAX stands for "every tie"). */
+typedef struct selector {
+  float thr;
+  int64_t eq_left;
+} selector_t;
+
+static selector_t selector_make(float thr, int64_t eq_quota) {
+  selector_t s = {thr, eq_quota < 0 ? INT64_MAX : eq_quota};
+  return s;
+}
+
+/* Whether v is selected; consumes one tie of the quota when it is a tie. */
+static inline bool selector_take(selector_t *s, float v) {
+  float a = fabsf(v);
+  if (v == 0.0f) return false;
+  if (a > s->thr) return true;
+  if (a != s->thr || s->eq_left == 0) return false;
+  --s->eq_left;
+  return true;
+}
+
+int pgs_cpu_compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
+                    int64_t eq_quota, int32_t idx_offset, int32_t *idx,
+                    float *val, size_t cap, int64_t *count_host) {
+  (void)ops;
+  if (count_host == NULL || (x == NULL && n > 0)) return PGS_ERR_INVALID;
+  if ((idx == NULL || val == NULL) && cap > 0) return PGS_ERR_INVALID;
+  /* Written indices are int32 positions plus a non-negative offset. */
+  if (idx_offset < 0) return PGS_ERR_INVALID;
+  if (n > 0 && (uint64_t)idx_offset + (n - 1) > (uint64_t)INT32_MAX)
+    return PGS_ERR_UNSUPPORTED;
+  selector_t sel = selector_make(thr, eq_quota);
+  size_t cnt = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!selector_take(&sel, x[i])) continue;
+    if (cnt < cap) {
+      idx[cnt] = (int32_t)i + idx_offset;
+      val[cnt] = x[i];
+    }
+    ++cnt;
+  }
+  *count_host = (int64_t)cnt;
+  return cnt > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+}
+
+int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
+                         const float *val, size_t m, float thr,
+                         int64_t eq_quota, int32_t *idx_out, float *val_out,
+                         size_t cap, int64_t *count_host) {
+  (void)ops;
+  if (count_host == NULL || ((idx == NULL || val == NULL) && m > 0))
+    return PGS_ERR_INVALID;
+  if ((idx_out == NULL || val_out == NULL) && cap > 0) return PGS_ERR_INVALID;
+  selector_t sel = selector_make(thr, eq_quota);
+  size_t cnt = 0;
+  /* In-place safe: the pair is read before the write, and cnt <= j. */
+  for (size_t j = 0; j < m; ++j) {
+    int32_t i = idx[j];
+    float v = val[j];
+    if (!selector_take(&sel, v)) continue;
+    if (cnt < cap) {
+      idx_out[cnt] = i;
+      val_out[cnt] = v;
+    }
+    ++cnt;
+  }
+  *count_host = (int64_t)cnt;
+  return cnt > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+}

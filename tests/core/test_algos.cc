@@ -1,0 +1,469 @@
+// Algorithm tests: every sparse allreduce against independent oracles, over
+// both transports, at whatever P mpirun gave us.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <tuple>
+
+#include "harness.h"
+
+namespace pgs_test {
+namespace {
+
+constexpr pgs_algo_id_t kAllAlgos[] = {PGS_ALGO_DENSE,  PGS_ALGO_TOPKA,
+                                       PGS_ALGO_TOPKDSA, PGS_ALGO_GTOPK,
+                                       PGS_ALGO_GAUSSIANK, PGS_ALGO_OKTOPK};
+
+pgs_config_t make_config(pgs_algo_id_t algo, double density, int64_t warmup,
+                         int64_t tau = 64, int64_t tau_prime = 32) {
+  pgs_config_t c = PGS_CONFIG_INIT;
+  c.algo = algo;
+  c.density = density;
+  c.warmup_steps = warmup;
+  c.tau = tau;
+  c.tau_prime = tau_prime;
+  return c;
+}
+
+// One bucket on one transport; each step records what the oracles need.
+class Runner {
+ public:
+  Runner(Transport t, const pgs_config_t& cfg, size_t n) : n_(n) {
+    comm_ = make_comm(t);
+    if (comm_) status_ = pgs_bucket_create(&cfg, comm_.get(), pgs_ops_cpu(), n, &b_);
+  }
+  ~Runner() { pgs_bucket_destroy(b_); }
+  bool ok() const { return comm_ && status_ == PGS_OK && b_ != nullptr; }
+
+  // Runs one call on grad; afterwards acc = grad + residual before (as the
+  // library computes it, in fp32), out and resid are this rank's results.
+  int step(const std::vector<float>& grad) {
+    std::vector<float> before(n_);
+    pgs_bucket_get_residual(b_, before.data());
+    acc.resize(n_);
+    for (size_t i = 0; i < n_; ++i) acc[i] = grad[i] + before[i];
+    out.assign(n_, -12345.0f);
+    int st = pgs_bucket_allreduce(b_, grad.data(), out.data());
+    resid.resize(n_);
+    pgs_bucket_get_residual(b_, resid.data());
+    pgs_bucket_stats(b_, &stats);
+    return st;
+  }
+
+  // step() on every rank; true when every rank succeeded. Keeps ranks in
+  // step when one fails, where an early ASSERT on one rank would hang them.
+  bool step_all(const std::vector<float>& grad, int expect = PGS_OK) {
+    int st = step(grad);
+    EXPECT_EQ(st, expect) << pgs_status_name(st);
+    return all_ranks(st == expect);
+  }
+
+  pgs_bucket_t* bucket() { return b_; }
+  std::vector<float> acc, out, resid;
+  pgs_stats_t stats{};
+
+ private:
+  size_t n_;
+  CommPtr comm_;
+  pgs_bucket_t* b_ = nullptr;
+  int status_ = PGS_ERR_INVALID;
+};
+
+// sum_r resid_r + P * out == sum_r acc_r, elementwise, up to fp32 rounding.
+// Checked on every rank with everyone's data; returns the failing count.
+int conservation_failures(const Runner& run, size_t n) {
+  const int P = world_size();
+  std::vector<float> acc = allgather(run.acc), res = allgather(run.resid);
+  std::vector<float> outs = allgather(run.out);
+  int bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double lhs = P * static_cast<double>(run.out[i]), rhs = 0.0, mag = 0.0;
+    for (int r = 0; r < P; ++r) {
+      lhs += res[r * n + i];
+      rhs += acc[r * n + i];
+      mag += std::fabs(acc[r * n + i]);
+      // Every rank must return the same output.
+      if (outs[r * n + i] != run.out[i]) ++bad;
+    }
+    if (std::fabs(lhs - rhs) > 2e-6 * mag + 1e-30) ++bad;
+  }
+  return bad;
+}
+
+// Exact top-k of |x| with ties to the lowest index, as a 0/1 mask.
+std::vector<char> topk_mask(const float* x, size_t n, int64_t k) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::fabs(x[a]) > std::fabs(x[b]);
+  });
+  std::vector<char> mask(n, 0);
+  for (int64_t j = 0; j < k && j < static_cast<int64_t>(n); ++j)
+    if (x[order[j]] != 0.0f) mask[order[j]] = 1;
+  return mask;
+}
+
+int64_t target_k(double density, size_t n) {
+  int64_t k = static_cast<int64_t>(std::floor(density * n + 0.5));
+  return std::clamp<int64_t>(k, 1, static_cast<int64_t>(n));
+}
+
+using AlgoParam = std::tuple<pgs_algo_id_t, Transport>;
+
+class AlgoTest : public testing::TestWithParam<AlgoParam> {
+ protected:
+  pgs_algo_id_t algo() const { return std::get<0>(GetParam()); }
+  Transport transport() const { return std::get<1>(GetParam()); }
+};
+
+std::string param_name(const testing::TestParamInfo<AlgoParam>& info) {
+  return std::string(pgs_algo_name(std::get<0>(info.param))) + "_" +
+         transport_name(std::get<1>(info.param));
+}
+
+// Density 1.0: every algorithm is the dense average.
+TEST_P(AlgoTest, DensityOneEqualsDenseAverage) {
+  const size_t n = 1031;
+  Runner run(transport(), make_config(algo(), 1.0, 0), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  const int P = world_size();
+  for (int64_t step = 0; step < 3; ++step) {
+    auto g = normal_data(n, 11, world_rank(), step);
+    ASSERT_TRUE(run.step_all(g));
+    std::vector<float> all = allgather(g);
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      double sum = 0.0, mag = 0.0;
+      for (int r = 0; r < P; ++r) sum += all[r * n + i], mag += std::fabs(all[r * n + i]);
+      if (std::fabs(run.out[i] - sum / P) > 1e-6 * mag / P + 1e-30) ++bad;
+      if (run.resid[i] != 0.0f) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "step " << step;
+  }
+}
+
+// Nothing lost: the conservation invariant over 60 steps of fresh data, with
+// warm-up, threshold reuse and repartitioning all exercised.
+TEST_P(AlgoTest, ConservationOverManySteps) {
+  const size_t n = 4099;
+  Runner run(transport(), make_config(algo(), 0.02, 2, 8, 4), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 60; ++step) {
+    auto g = normal_data(n, 23, world_rank(), step);
+    ASSERT_TRUE(run.step_all(g));
+    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+    EXPECT_EQ(run.stats.step, step);
+    EXPECT_EQ(run.stats.dense != 0, step < 2 || algo() == PGS_ALGO_DENSE);
+  }
+}
+
+// In-place output (DDP hands the bucket buffer in and takes it back).
+TEST_P(AlgoTest, InPlaceOutput) {
+  const size_t n = 2000;
+  Runner ref(transport(), make_config(algo(), 0.05, 0), n);
+  Runner inplace(transport(), make_config(algo(), 0.05, 0), n);
+  ASSERT_TRUE(all_ranks(ref.ok() && inplace.ok()));
+  for (int64_t step = 0; step < 4; ++step) {
+    auto g = normal_data(n, 5, world_rank(), step);
+    ASSERT_TRUE(ref.step_all(g));
+    std::vector<float> buf = g;
+    ASSERT_EQ(pgs_bucket_allreduce(inplace.bucket(), buf.data(), buf.data()), PGS_OK);
+    EXPECT_EQ(std::memcmp(buf.data(), ref.out.data(), n * sizeof(float)), 0);
+  }
+}
+
+// Edge shapes: n < P, n not divisible by P, n = 1, k = 1.
+TEST_P(AlgoTest, EdgeSizes) {
+  const int P = world_size();
+  const size_t sizes[] = {1, 2, static_cast<size_t>(P > 1 ? P - 1 : 1),
+                          static_cast<size_t>(7 * P + 3)};
+  const double densities[] = {0.001, 0.3, 1.0};
+  for (size_t n : sizes) {
+    for (double d : densities) {
+      Runner run(transport(), make_config(algo(), d, 1, 2, 2), n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      for (int64_t step = 0; step < 6; ++step) {
+        auto g = normal_data(n, 31, world_rank(), step);
+        ASSERT_TRUE(run.step_all(g)) << "n=" << n << " d=" << d;
+        EXPECT_EQ(conservation_failures(run, n), 0) << "n=" << n << " d=" << d;
+      }
+    }
+  }
+}
+
+// All-zero input: zero output, zero residual, no error.
+TEST_P(AlgoTest, AllZeroInput) {
+  const size_t n = 999;
+  Runner run(transport(), make_config(algo(), 0.01, 0, 2, 2), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  std::vector<float> zeros(n, 0.0f);
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(run.step_all(zeros));
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(run.out[i], 0.0f);
+      EXPECT_EQ(run.resid[i], 0.0f);
+    }
+  }
+}
+
+// One rank selects nothing (its gradient is zero); the others still reduce.
+TEST_P(AlgoTest, OneRankWithoutSelection) {
+  const size_t n = 3001;
+  Runner run(transport(), make_config(algo(), 0.01, 0, 4, 2), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 8; ++step) {
+    auto g = normal_data(n, 41, world_rank(), step);
+    if (world_rank() == 0) std::fill(g.begin(), g.end(), 0.0f);
+    ASSERT_TRUE(run.step_all(g));
+    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+    if (world_rank() == 0 && algo() != PGS_ALGO_DENSE && algo() != PGS_ALGO_GTOPK) {
+      EXPECT_EQ(run.stats.local_selected, 0);
+    }
+  }
+}
+
+// Ties at the threshold: many equal magnitudes.
+TEST_P(AlgoTest, TiesAtThreshold) {
+  const size_t n = 1200;
+  const int64_t k = target_k(0.05, n);
+  Runner run(transport(), make_config(algo(), 0.05, 0, 4, 2), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 6; ++step) {
+    std::vector<float> g(n);
+    auto noise = normal_data(n, 53, world_rank(), step);
+    // Three magnitudes only, so the k-th value is tied hundreds of times.
+    for (size_t i = 0; i < n; ++i)
+      g[i] = (noise[i] > 0 ? 1.0f : -1.0f) * (1.0f + std::floor(std::fabs(noise[i]) * 1.5f));
+    ASSERT_TRUE(run.step_all(g));
+    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+    if (algo() == PGS_ALGO_TOPKA || algo() == PGS_ALGO_TOPKDSA ||
+        algo() == PGS_ALGO_GTOPK) {
+      EXPECT_EQ(run.stats.local_selected, k);
+    }
+    if (algo() == PGS_ALGO_GAUSSIANK) {
+      EXPECT_LE(run.stats.local_selected, 2 * k);
+    }
+  }
+}
+
+// A NaN on one rank fails the call on every rank, leaving the state as is.
+TEST_P(AlgoTest, NonFiniteFailsEverywhere) {
+  const size_t n = 500;
+  Runner run(transport(), make_config(algo(), 0.1, 0), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  auto g = normal_data(n, 61, world_rank(), 0);
+  if (world_rank() == world_size() - 1) g[17] = NAN;
+  EXPECT_EQ(run.step(g), PGS_ERR_NONFINITE);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(run.resid[i], 0.0f);
+  g = normal_data(n, 61, world_rank(), 1);
+  EXPECT_EQ(run.step(g), PGS_OK);
+  EXPECT_EQ(run.stats.step, 0);
+}
+
+// Buckets of different sizes across ranks are rejected on every rank.
+TEST_P(AlgoTest, MismatchedSizesFailEverywhere) {
+  if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
+  const size_t n = 300 + (world_rank() == 1 ? 1 : 0);
+  Runner run(transport(), make_config(algo(), 0.1, 0), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  auto g = normal_data(n, 71, world_rank(), 0);
+  EXPECT_EQ(run.step(g), PGS_ERR_MISMATCH);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, AlgoTest,
+                         testing::Combine(testing::ValuesIn(kAllAlgos),
+                                          testing::Values(Transport::kMpi,
+                                                          Transport::kExt)),
+                         param_name);
+
+class TransportTest : public testing::TestWithParam<Transport> {};
+
+// topka equals the brute-force sum of every rank's exact top-k, over P.
+TEST_P(TransportTest, TopkaMatchesBruteForce) {
+  const size_t n = 5003;
+  const int P = world_size();
+  const int64_t k = target_k(0.01, n);
+  Runner run(GetParam(), make_config(PGS_ALGO_TOPKA, 0.01, 0), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 10; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 83, world_rank(), step)));
+    std::vector<float> acc = allgather(run.acc);
+    std::vector<float> expect(n, 0.0f);
+    for (int r = 0; r < P; ++r) {
+      auto mask = topk_mask(&acc[r * n], n, k);
+      for (size_t i = 0; i < n; ++i)
+        if (mask[i]) expect[i] += acc[r * n + i];
+    }
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (std::fabs(expect[i] / P - run.out[i]) > 1e-6f * std::fabs(expect[i])) ++bad;
+    EXPECT_EQ(bad, 0) << "step " << step;
+    EXPECT_EQ(run.stats.local_selected, k);
+  }
+}
+
+// gtopk: support of at most k entries, where the output is the exact average
+// of every rank's accumulator (the exactness fix).
+TEST_P(TransportTest, GtopkIsExactAtItsSupport) {
+  const size_t n = 4000;
+  const int P = world_size();
+  const int64_t k = target_k(0.01, n);
+  Runner run(GetParam(), make_config(PGS_ALGO_GTOPK, 0.01, 0), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 10; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 89, world_rank(), step)));
+    std::vector<float> acc = allgather(run.acc);
+    int64_t support = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (run.out[i] == 0.0f) continue;
+      ++support;
+      double sum = 0.0, mag = 0.0;
+      for (int r = 0; r < P; ++r) sum += acc[r * n + i], mag += std::fabs(acc[r * n + i]);
+      // fp32 sums of values that nearly cancel: tolerance on the magnitudes.
+      if (std::fabs(sum / P - run.out[i]) > 1e-6 * mag) ++bad;
+      if (run.resid[i] != 0.0f) ++bad;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_LE(support, k);
+    EXPECT_EQ(support, run.stats.global_selected);
+  }
+}
+
+// gaussiank picks within [k/2, 2k] on every step.
+TEST_P(TransportTest, GaussiankCountsInBand) {
+  const size_t n = 20000;
+  const int64_t k = target_k(0.01, n);
+  Runner run(GetParam(), make_config(PGS_ALGO_GAUSSIANK, 0.01, 0), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 10; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 97, world_rank(), step)));
+    EXPECT_GE(run.stats.local_selected, (k + 1) / 2);
+    EXPECT_LE(run.stats.local_selected, 2 * k);
+  }
+}
+
+// Ok-Topk on exact-threshold steps: the output support is the global top-k
+// of the reduced local selections (each rank's exact top-k), and the values
+// are those sums over P. Also checks the schedule of recomputes.
+TEST_P(TransportTest, OktopkSupportIsGlobalTopkOfReducedSelections) {
+  const size_t n = 16000;
+  const int P = world_size();
+  const int64_t k = target_k(0.02, n);
+  const int64_t tau_prime = 4, tau = 8;
+  Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, 0.02, 1, tau, tau_prime), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  int checked = 0;
+  for (int64_t step = 0; step < 26; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 101, world_rank(), step)));
+    if (step < 1) continue;
+    const int64_t sparse = step - 1;
+    EXPECT_EQ(run.stats.repartitioned != 0, sparse % tau == 0) << step;
+    if (sparse % tau_prime == 0) {
+      EXPECT_TRUE(run.stats.local_recomputed);
+      EXPECT_TRUE(run.stats.global_recomputed);
+    }
+    if (sparse % tau_prime != 0 || run.stats.capped != 0 || run.stats.trimmed != 0)
+      continue;
+    // Everyone agrees on whether this step is checked (capping is per rank).
+    if (!all_ranks(run.stats.capped == 0)) continue;
+    std::vector<float> acc = allgather(run.acc);
+    std::vector<double> v(n, 0.0);
+    for (int r = 0; r < P; ++r) {
+      auto mask = topk_mask(&acc[r * n], n, k);
+      for (size_t i = 0; i < n; ++i)
+        if (mask[i]) v[i] += acc[r * n + i];
+    }
+    std::vector<double> mags;
+    for (double x : v)
+      if (x != 0.0) mags.push_back(std::fabs(x));
+    std::sort(mags.rbegin(), mags.rend());
+    double thr = static_cast<int64_t>(mags.size()) > k ? mags[k - 1] : 0.0;
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      bool expect = v[i] != 0.0 && std::fabs(v[i]) >= thr;
+      bool got = run.out[i] != 0.0f;
+      // Membership may differ only for sums within rounding of the threshold.
+      if (expect != got && std::fabs(std::fabs(v[i]) - thr) > 1e-5 * thr) ++bad;
+      if (got && std::fabs(run.out[i] - v[i] / P) > 1e-5 * std::fabs(v[i] / P)) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "step " << step;
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
+}
+
+// Ok-Topk's measured words per rank stay below 6k(P-1)/P on every step, for
+// sizes from tiny k to a realistic bucket, and the phase-1 caps and phase-2
+// trim leave the invariant intact.
+TEST_P(TransportTest, OktopkVolumeBelowBound) {
+  const int P = world_size();
+  if (P == 1) GTEST_SKIP() << "no communication at P = 1";
+  struct Case { size_t n; double d; } cases[] = {
+      {50000, 0.01}, {20000, 0.001}, {3000, 0.0005}, {800, 0.05}};
+  for (auto c : cases) {
+    Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, c.d, 1, 6, 3), c.n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 14; ++step) {
+      // Skewed data: a hot spot whose position drifts, so regions go stale.
+      auto g = normal_data(c.n, 107, world_rank(), step);
+      size_t hot = (step * c.n / 13) % c.n;
+      for (size_t i = hot; i < std::min(c.n, hot + c.n / 20); ++i) g[i] *= 8.0f;
+      ASSERT_TRUE(run.step_all(g));
+      if (step == 0) continue;
+      int64_t sent = 0, recv = 0;
+      for (int ph = 0; ph < PGS_PHASE_COUNT; ++ph)
+        sent += run.stats.words_sent[ph], recv += run.stats.words_recv[ph];
+      const double bound = run.stats.words_upper_bound;
+      EXPECT_LT(sent, bound) << "n=" << c.n << " step " << step;
+      EXPECT_LT(recv, bound) << "n=" << c.n << " step " << step;
+      EXPECT_DOUBLE_EQ(bound, 6.0 * run.stats.k * (P - 1) / P);
+      EXPECT_EQ(conservation_failures(run, c.n), 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TransportTest,
+                         testing::Values(Transport::kMpi, Transport::kExt),
+                         [](const testing::TestParamInfo<Transport>& i) {
+                           return transport_name(i.param);
+                         });
+
+// Configuration errors are reported at creation, not at the first call.
+TEST(BucketConfig, RejectsBadConfiguration) {
+  CommPtr comm = make_comm(Transport::kMpi);
+  ASSERT_TRUE(comm);
+  pgs_bucket_t* b = nullptr;
+  for (double d : {0.0, -0.5, 1.5, std::nan("")}) {
+    pgs_config_t c = make_config(PGS_ALGO_OKTOPK, d, 0);
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+    EXPECT_EQ(b, nullptr);
+  }
+  pgs_config_t c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 0, &b), PGS_ERR_UNSUPPORTED);
+  c.tau = 0;
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+  c = make_config(static_cast<pgs_algo_id_t>(PGS_ALGO_COUNT), 0.1, 0);
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+  c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+  c.struct_size = 8;
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+}
+
+TEST(BucketConfig, AlgorithmNamesRoundTrip) {
+  for (int i = 0; i < PGS_ALGO_COUNT; ++i) {
+    pgs_algo_id_t id;
+    ASSERT_NE(pgs_algo_name(static_cast<pgs_algo_id_t>(i)), nullptr);
+    EXPECT_EQ(pgs_algo_from_name(pgs_algo_name(static_cast<pgs_algo_id_t>(i)), &id), PGS_OK);
+    EXPECT_EQ(id, i);
+  }
+  pgs_algo_id_t id;
+  EXPECT_EQ(pgs_algo_from_name("nope", &id), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_algo_name(PGS_ALGO_COUNT), nullptr);
+}
+
+}  // namespace
+}  // namespace pgs_test
