@@ -50,11 +50,11 @@ static int ext_mpi_error(int rc, const char *call, int line) {
   return PGS_ERR_COMM;
 }
 
-#define EXT_CHECK(call)                                                       \
-  do {                                                                        \
-    int ext_rc_ = (call);                                                     \
-    if (ext_rc_ != MPI_SUCCESS)                                               \
-      return ext_mpi_error(ext_rc_, #call, __LINE__);                         \
+#define EXT_CHECK(call)                               \
+  do {                                                \
+    int ext_rc_ = (call);                             \
+    if (ext_rc_ != MPI_SUCCESS)                       \
+      return ext_mpi_error(ext_rc_, #call, __LINE__); \
   } while (0)
 
 typedef struct ext_batch {
@@ -75,7 +75,9 @@ typedef struct ext_mpi {
   size_t scratch_cap;
 } ext_mpi_t;
 
-static size_t ext_min(size_t a, size_t b) { return a < b ? a : b; }
+static size_t ext_min(size_t a, size_t b) {
+  return a < b ? a : b;
+}
 
 static size_t ext_pieces(size_t bytes) {
   return (bytes + EXT_PIECE - 1) / EXT_PIECE;
@@ -86,11 +88,9 @@ static size_t ext_pieces(size_t bytes) {
  * taking and returning void * (rather than writing through a void **) keeps
  * the typed pointers of the callers free of aliasing tricks. */
 static void *ext_grow(void *buf, size_t *cap, size_t need, size_t esize) {
-  if (need <= *cap)
-    return buf;
+  if (need <= *cap) return buf;
   void *p = realloc(buf, need * esize);
-  if (p != NULL)
-    *cap = need;
+  if (p != NULL) *cap = need;
   return p;
 }
 
@@ -100,16 +100,16 @@ static int ext_send(ext_mpi_t *x, const void *buf, size_t bytes, int dst,
                     int tag) {
   const char *p = buf;
   for (size_t off = 0; off < bytes; off += EXT_PIECE)
-    EXT_CHECK(MPI_Send(p + off, (int)ext_min(bytes - off, EXT_PIECE),
-                       MPI_BYTE, dst, tag, x->comm));
+    EXT_CHECK(MPI_Send(p + off, (int)ext_min(bytes - off, EXT_PIECE), MPI_BYTE,
+                       dst, tag, x->comm));
   return PGS_OK;
 }
 
 static int ext_recv(ext_mpi_t *x, void *buf, size_t bytes, int src, int tag) {
   char *p = buf;
   for (size_t off = 0; off < bytes; off += EXT_PIECE)
-    EXT_CHECK(MPI_Recv(p + off, (int)ext_min(bytes - off, EXT_PIECE),
-                       MPI_BYTE, src, tag, x->comm, MPI_STATUS_IGNORE));
+    EXT_CHECK(MPI_Recv(p + off, (int)ext_min(bytes - off, EXT_PIECE), MPI_BYTE,
+                       src, tag, x->comm, MPI_STATUS_IGNORE));
   return PGS_OK;
 }
 
@@ -117,19 +117,18 @@ static int ext_recv(ext_mpi_t *x, void *buf, size_t bytes, int src, int tag) {
  * pieces. Once one side has no piece left it talks to MPI_PROC_NULL, so a
  * rank makes exactly as many real sends to a peer as that peer makes real
  * receives from it, even when the two directions differ in size. */
-static int ext_sendrecv(ext_mpi_t *x, const void *sbuf, size_t sbytes,
-                        int dst, void *rbuf, size_t rbytes, int src, int tag) {
+static int ext_sendrecv(ext_mpi_t *x, const void *sbuf, size_t sbytes, int dst,
+                        void *rbuf, size_t rbytes, int src, int tag) {
   const char *s = sbuf;
   char *r = rbuf;
   size_t soff = 0, roff = 0;
   while (soff < sbytes || roff < rbytes) {
     const size_t sn = ext_min(sbytes - soff, EXT_PIECE);
     const size_t rn = ext_min(rbytes - roff, EXT_PIECE);
-    EXT_CHECK(MPI_Sendrecv(sn > 0 ? s + soff : s, (int)sn, MPI_BYTE,
-                           sn > 0 ? dst : MPI_PROC_NULL, tag,
-                           rn > 0 ? r + roff : r, (int)rn, MPI_BYTE,
-                           rn > 0 ? src : MPI_PROC_NULL, tag, x->comm,
-                           MPI_STATUS_IGNORE));
+    EXT_CHECK(MPI_Sendrecv(
+        sn > 0 ? s + soff : s, (int)sn, MPI_BYTE, sn > 0 ? dst : MPI_PROC_NULL,
+        tag, rn > 0 ? r + roff : r, (int)rn, MPI_BYTE,
+        rn > 0 ? src : MPI_PROC_NULL, tag, x->comm, MPI_STATUS_IGNORE));
     soff += sn;
     roff += rn;
   }
@@ -144,11 +143,9 @@ static int ext_exchange_start(void *impl, const pgs_msg_t *sends, int nsends,
   ext_batch_t *b = &x->batches[slot];
   const size_t n = (size_t)nsends + (size_t)nrecvs;
   pgs_msg_t *msgs = ext_grow(b->msgs, &b->cap, n, sizeof(pgs_msg_t));
-  if (msgs == NULL && n > 0)
-    return PGS_ERR_NO_MEMORY;
+  if (msgs == NULL && n > 0) return PGS_ERR_NO_MEMORY;
   b->msgs = msgs;
-  if (nrecvs > 0)
-    memcpy(b->msgs, recvs, (size_t)nrecvs * sizeof(pgs_msg_t));
+  if (nrecvs > 0) memcpy(b->msgs, recvs, (size_t)nrecvs * sizeof(pgs_msg_t));
   if (nsends > 0)
     memcpy(b->msgs + nrecvs, sends, (size_t)nsends * sizeof(pgs_msg_t));
   b->nrecvs = nrecvs;
@@ -163,14 +160,11 @@ static int ext_exchange_wait(void *impl, int slot) {
   b->nrecvs = b->nsends = 0; /* the batch is consumed, whatever happens */
 
   size_t npieces = 0;
-  for (int i = 0; i < nmsgs; ++i)
-    npieces += ext_pieces(b->msgs[i].bytes);
-  if (npieces > (size_t)INT_MAX)
-    return PGS_ERR_UNSUPPORTED;
+  for (int i = 0; i < nmsgs; ++i) npieces += ext_pieces(b->msgs[i].bytes);
+  if (npieces > (size_t)INT_MAX) return PGS_ERR_UNSUPPORTED;
   MPI_Request *reqs =
       ext_grow(x->reqs, &x->req_cap, npieces, sizeof(MPI_Request));
-  if (reqs == NULL && npieces > 0)
-    return PGS_ERR_NO_MEMORY;
+  if (reqs == NULL && npieces > 0) return PGS_ERR_NO_MEMORY;
   x->reqs = reqs;
   int status = PGS_OK;
 
@@ -184,10 +178,10 @@ static int ext_exchange_wait(void *impl, int slot) {
     for (size_t off = 0; off < m->bytes; off += EXT_PIECE) {
       const int n = (int)ext_min(m->bytes - off, EXT_PIECE);
       int rc = i < nrecvs
-                   ? MPI_Irecv(p + off, n, MPI_BYTE, m->peer,
-                               EXT_TAG_EXCHANGE, x->comm, &x->reqs[nreq])
-                   : MPI_Isend(p + off, n, MPI_BYTE, m->peer,
-                               EXT_TAG_EXCHANGE, x->comm, &x->reqs[nreq]);
+                   ? MPI_Irecv(p + off, n, MPI_BYTE, m->peer, EXT_TAG_EXCHANGE,
+                               x->comm, &x->reqs[nreq])
+                   : MPI_Isend(p + off, n, MPI_BYTE, m->peer, EXT_TAG_EXCHANGE,
+                               x->comm, &x->reqs[nreq]);
       if (rc != MPI_SUCCESS) {
         status = ext_mpi_error(rc, "MPI_Irecv/MPI_Isend", __LINE__);
         goto fail_post;
@@ -221,8 +215,7 @@ static int ext_ring(ext_mpi_t *x, char *recv, const size_t *bytes,
     char *rb = bytes[ri] > 0 ? recv + displs[ri] : NULL;
     int status = ext_sendrecv(x, sb, bytes[si], right, rb, bytes[ri], left,
                               EXT_TAG_RING);
-    if (status != PGS_OK)
-      return status;
+    if (status != PGS_OK) return status;
   }
   return PGS_OK;
 }
@@ -232,21 +225,18 @@ static int ext_allgatherv(void *impl, const void *send, size_t send_bytes,
                           const size_t *displs) {
   ext_mpi_t *x = impl;
   char *own = send_bytes > 0 ? (char *)recv + displs[x->rank] : NULL;
-  if (send_bytes > 0 && own != send)
-    memcpy(own, send, send_bytes);
+  if (send_bytes > 0 && own != send) memcpy(own, send, send_bytes);
   return ext_ring(x, recv, recv_bytes, displs);
 }
 
 static int ext_allgather_host(void *impl, const int64_t *send, size_t count,
                               int64_t *recv) {
   ext_mpi_t *x = impl;
-  if (count == 0)
-    return PGS_OK;
+  if (count == 0) return PGS_OK;
   /* Uniform blocks: build the layout the ring wants (two small arrays,
    * this transport only serves tests). */
   size_t *bytes = malloc(2 * (size_t)x->size * sizeof(size_t));
-  if (bytes == NULL)
-    return PGS_ERR_NO_MEMORY;
+  if (bytes == NULL) return PGS_ERR_NO_MEMORY;
   size_t *displs = bytes + x->size;
   for (int i = 0; i < x->size; ++i) {
     bytes[i] = count * sizeof(int64_t);
@@ -260,17 +250,17 @@ static int ext_allgather_host(void *impl, const int64_t *send, size_t count,
 
 /* ---- allreduce by recursive doubling ----------------------------------- */
 
-#define EXT_COMBINE(T, lo, hi, out, n, op)                                    \
-  do {                                                                        \
-    const T *l_ = (const T *)(lo);                                            \
-    const T *h_ = (const T *)(hi);                                            \
-    T *o_ = (T *)(out);                                                       \
-    for (size_t i_ = 0; i_ < (n); ++i_) {                                     \
-      const T a_ = l_[i_], b_ = h_[i_];                                       \
-      o_[i_] = (op) == PGS_SUM ? a_ + b_                                      \
-               : (op) == PGS_MAX ? (a_ < b_ ? b_ : a_)                        \
-                                 : (b_ < a_ ? b_ : a_);                       \
-    }                                                                         \
+#define EXT_COMBINE(T, lo, hi, out, n, op)              \
+  do {                                                  \
+    const T *l_ = (const T *)(lo);                      \
+    const T *h_ = (const T *)(hi);                      \
+    T *o_ = (T *)(out);                                 \
+    for (size_t i_ = 0; i_ < (n); ++i_) {               \
+      const T a_ = l_[i_], b_ = h_[i_];                 \
+      o_[i_] = (op) == PGS_SUM   ? a_ + b_              \
+               : (op) == PGS_MAX ? (a_ < b_ ? b_ : a_)  \
+                                 : (b_ < a_ ? b_ : a_); \
+    }                                                   \
   } while (0)
 
 /* out = lo (op) hi, elementwise; lo always holds the lower ranks' data. */
@@ -279,15 +269,15 @@ static int ext_combine(const void *lo, const void *hi, void *out, size_t n,
   if (op != PGS_SUM && op != PGS_MAX && op != PGS_MIN)
     return PGS_ERR_UNSUPPORTED;
   switch (dtype) {
-  case PGS_INT64:
-    EXT_COMBINE(int64_t, lo, hi, out, n, op);
-    return PGS_OK;
-  case PGS_FLOAT32:
-    EXT_COMBINE(float, lo, hi, out, n, op);
-    return PGS_OK;
-  case PGS_FLOAT64:
-    EXT_COMBINE(double, lo, hi, out, n, op);
-    return PGS_OK;
+    case PGS_INT64:
+      EXT_COMBINE(int64_t, lo, hi, out, n, op);
+      return PGS_OK;
+    case PGS_FLOAT32:
+      EXT_COMBINE(float, lo, hi, out, n, op);
+      return PGS_OK;
+    case PGS_FLOAT64:
+      EXT_COMBINE(double, lo, hi, out, n, op);
+      return PGS_OK;
   }
   return PGS_ERR_UNSUPPORTED;
 }
@@ -302,8 +292,7 @@ static int ext_allreduce_piece(ext_mpi_t *x, char *buf, size_t n,
   const size_t bytes = n * pgs_dtype_size(dtype);
   const int p = x->size, r = x->rank;
   int p2 = 1;
-  while (p2 * 2 <= p)
-    p2 *= 2;
+  while (p2 * 2 <= p) p2 *= 2;
   const int rem = p - p2;
   int status = PGS_OK;
 
@@ -321,8 +310,7 @@ static int ext_allreduce_piece(ext_mpi_t *x, char *buf, size_t n,
   } else {
     vr = r - rem;
   }
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
 
   if (vr >= 0) {
     for (int mask = 1; mask < p2; mask <<= 1) {
@@ -330,12 +318,10 @@ static int ext_allreduce_piece(ext_mpi_t *x, char *buf, size_t n,
       const int peer = pv < rem ? 2 * pv + 1 : pv + rem;
       status = ext_sendrecv(x, buf, bytes, peer, x->scratch, bytes, peer,
                             EXT_TAG_REDUCE);
-      if (status != PGS_OK)
-        return status;
+      if (status != PGS_OK) return status;
       status = peer < r ? ext_combine(x->scratch, buf, buf, n, dtype, op)
                         : ext_combine(buf, x->scratch, buf, n, dtype, op);
-      if (status != PGS_OK)
-        return status;
+      if (status != PGS_OK) return status;
     }
   }
 
@@ -345,28 +331,23 @@ static int ext_allreduce_piece(ext_mpi_t *x, char *buf, size_t n,
   return status;
 }
 
-static int ext_allreduce(void *impl, void *buf, size_t count,
-                         pgs_dtype_t dtype, pgs_redop_t op) {
+static int ext_allreduce(void *impl, void *buf, size_t count, pgs_dtype_t dtype,
+                         pgs_redop_t op) {
   ext_mpi_t *x = impl;
   const size_t esize = pgs_dtype_size(dtype);
-  if (esize == 0)
-    return PGS_ERR_UNSUPPORTED;
-  if (count == 0)
-    return PGS_OK;
+  if (esize == 0) return PGS_ERR_UNSUPPORTED;
+  if (count == 0) return PGS_OK;
   const size_t piece = ext_min(count, EXT_REDUCE_ELEMS);
   char *scratch =
       ext_grow(x->scratch, &x->scratch_cap, piece * esize, sizeof(char));
-  if (scratch == NULL)
-    return PGS_ERR_NO_MEMORY;
+  if (scratch == NULL) return PGS_ERR_NO_MEMORY;
   x->scratch = scratch;
   int status = PGS_OK;
   char *p = buf;
   for (size_t off = 0; off < count; off += EXT_REDUCE_ELEMS) {
-    status = ext_allreduce_piece(x, p + off * esize,
-                                 ext_min(count - off, EXT_REDUCE_ELEMS), dtype,
-                                 op);
-    if (status != PGS_OK)
-      return status;
+    status = ext_allreduce_piece(
+        x, p + off * esize, ext_min(count - off, EXT_REDUCE_ELEMS), dtype, op);
+    if (status != PGS_OK) return status;
   }
   return PGS_OK;
 }
@@ -392,16 +373,14 @@ static int ext_alltoall_host(void *impl, const int64_t *send, int64_t *recv) {
 static int ext_bcast(void *impl, void *buf, size_t bytes, int root) {
   ext_mpi_t *x = impl;
   const int p = x->size;
-  if (bytes == 0 || p == 1)
-    return PGS_OK;
+  if (bytes == 0 || p == 1) return PGS_OK;
   const int vr = (x->rank - root + p) % p;
   int mask = 1;
   while (mask < p) {
     if (vr & mask) {
       int status =
           ext_recv(x, buf, bytes, (vr - mask + root) % p, EXT_TAG_BCAST);
-      if (status != PGS_OK)
-        return status;
+      if (status != PGS_OK) return status;
       break;
     }
     mask <<= 1;
@@ -410,8 +389,7 @@ static int ext_bcast(void *impl, void *buf, size_t bytes, int root) {
     if (vr + mask < p) {
       int status =
           ext_send(x, buf, bytes, (vr + mask + root) % p, EXT_TAG_BCAST);
-      if (status != PGS_OK)
-        return status;
+      if (status != PGS_OK) return status;
     }
   }
   return PGS_OK;
@@ -424,14 +402,11 @@ static int ext_barrier(void *impl) {
 
 static void ext_destroy(void *impl) {
   ext_mpi_t *x = impl;
-  if (x == NULL)
-    return;
+  if (x == NULL) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && x->comm != MPI_COMM_NULL)
-    (void)MPI_Comm_free(&x->comm);
-  for (int i = 0; i < PGS_COMM_SLOTS; ++i)
-    free(x->batches[i].msgs);
+  if (!finalized && x->comm != MPI_COMM_NULL) (void)MPI_Comm_free(&x->comm);
+  for (int i = 0; i < PGS_COMM_SLOTS; ++i) free(x->batches[i].msgs);
   free(x->reqs);
   free(x->scratch);
   free(x);
@@ -451,8 +426,7 @@ static const pgs_comm_vtable_t ext_vtable = {
 };
 
 int pgs_test_ext_mpi_create(MPI_Comm comm, pgs_comm_t **out) {
-  if (out == NULL)
-    return PGS_ERR_INVALID;
+  if (out == NULL) return PGS_ERR_INVALID;
   *out = NULL;
   ext_mpi_t *x = calloc(1, sizeof(*x));
   MPI_Comm dup = MPI_COMM_NULL;

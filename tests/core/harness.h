@@ -39,13 +39,13 @@ inline std::string transport_name(Transport t) {
 }
 
 struct CommDeleter {
-  void operator()(pgs_comm_t* c) const { pgs_comm_destroy(c); }
+  void operator()(pgs_comm_t *c) const { pgs_comm_destroy(c); }
 };
 using CommPtr = std::unique_ptr<pgs_comm_t, CommDeleter>;
 
 // Creates a communicator over MPI_COMM_WORLD (collective).
 inline CommPtr make_comm(Transport t) {
-  pgs_comm_t* c = nullptr;
+  pgs_comm_t *c = nullptr;
   int st = t == Transport::kMpi ? pgs_comm_mpi_create(MPI_COMM_WORLD, &c)
                                 : pgs_test_ext_mpi_create(MPI_COMM_WORLD, &c);
   if (st != PGS_OK) return CommPtr(nullptr);
@@ -56,16 +56,17 @@ inline CommPtr make_comm(Transport t) {
 // values, so every rank can rebuild any other rank's input for an oracle.
 inline std::vector<float> normal_data(size_t n, uint64_t seed, int rank,
                                       int64_t step) {
-  std::mt19937_64 gen(seed * 1000003ULL + static_cast<uint64_t>(rank) * 7919ULL +
+  std::mt19937_64 gen(seed * 1000003ULL +
+                      static_cast<uint64_t>(rank) * 7919ULL +
                       static_cast<uint64_t>(step) * 104729ULL);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
+  for (auto &x : v) x = dist(gen);
   return v;
 }
 
 // Allgather of a float vector of the same length on every rank.
-inline std::vector<float> allgather(const std::vector<float>& mine) {
+inline std::vector<float> allgather(const std::vector<float> &mine) {
   std::vector<float> all(mine.size() * world_size());
   MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT,
                 all.data(), static_cast<int>(mine.size()), MPI_FLOAT,

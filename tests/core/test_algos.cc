@@ -13,8 +13,8 @@
 namespace pgs_test {
 namespace {
 
-constexpr pgs_algo_id_t kAllAlgos[] = {PGS_ALGO_DENSE,  PGS_ALGO_TOPKA,
-                                       PGS_ALGO_TOPKDSA, PGS_ALGO_GTOPK,
+constexpr pgs_algo_id_t kAllAlgos[] = {PGS_ALGO_DENSE,     PGS_ALGO_TOPKA,
+                                       PGS_ALGO_TOPKDSA,   PGS_ALGO_GTOPK,
                                        PGS_ALGO_GAUSSIANK, PGS_ALGO_OKTOPK};
 
 pgs_config_t make_config(pgs_algo_id_t algo, double density, int64_t warmup,
@@ -31,16 +31,17 @@ pgs_config_t make_config(pgs_algo_id_t algo, double density, int64_t warmup,
 // One bucket on one transport; each step records what the oracles need.
 class Runner {
  public:
-  Runner(Transport t, const pgs_config_t& cfg, size_t n) : n_(n) {
+  Runner(Transport t, const pgs_config_t &cfg, size_t n) : n_(n) {
     comm_ = make_comm(t);
-    if (comm_) status_ = pgs_bucket_create(&cfg, comm_.get(), pgs_ops_cpu(), n, &b_);
+    if (comm_)
+      status_ = pgs_bucket_create(&cfg, comm_.get(), pgs_ops_cpu(), n, &b_);
   }
   ~Runner() { pgs_bucket_destroy(b_); }
   bool ok() const { return comm_ && status_ == PGS_OK && b_ != nullptr; }
 
   // Runs one call on grad; afterwards acc = grad + residual before (as the
   // library computes it, in fp32), out and resid are this rank's results.
-  int step(const std::vector<float>& grad) {
+  int step(const std::vector<float> &grad) {
     std::vector<float> before(n_);
     pgs_bucket_get_residual(b_, before.data());
     acc.resize(n_);
@@ -55,26 +56,26 @@ class Runner {
 
   // step() on every rank; true when every rank succeeded. Keeps ranks in
   // step when one fails, where an early ASSERT on one rank would hang them.
-  bool step_all(const std::vector<float>& grad, int expect = PGS_OK) {
+  bool step_all(const std::vector<float> &grad, int expect = PGS_OK) {
     int st = step(grad);
     EXPECT_EQ(st, expect) << pgs_status_name(st);
     return all_ranks(st == expect);
   }
 
-  pgs_bucket_t* bucket() { return b_; }
+  pgs_bucket_t *bucket() { return b_; }
   std::vector<float> acc, out, resid;
   pgs_stats_t stats{};
 
  private:
   size_t n_;
   CommPtr comm_;
-  pgs_bucket_t* b_ = nullptr;
+  pgs_bucket_t *b_ = nullptr;
   int status_ = PGS_ERR_INVALID;
 };
 
 // sum_r resid_r + P * out == sum_r acc_r, elementwise, up to fp32 rounding.
 // Checked on every rank with everyone's data; returns the failing count.
-int conservation_failures(const Runner& run, size_t n) {
+int conservation_failures(const Runner &run, size_t n) {
   const int P = world_size();
   std::vector<float> acc = allgather(run.acc), res = allgather(run.resid);
   std::vector<float> outs = allgather(run.out);
@@ -94,7 +95,7 @@ int conservation_failures(const Runner& run, size_t n) {
 }
 
 // Exact top-k of |x| with ties to the lowest index, as a 0/1 mask.
-std::vector<char> topk_mask(const float* x, size_t n, int64_t k) {
+std::vector<char> topk_mask(const float *x, size_t n, int64_t k) {
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -119,7 +120,7 @@ class AlgoTest : public testing::TestWithParam<AlgoParam> {
   Transport transport() const { return std::get<1>(GetParam()); }
 };
 
-std::string param_name(const testing::TestParamInfo<AlgoParam>& info) {
+std::string param_name(const testing::TestParamInfo<AlgoParam> &info) {
   return std::string(pgs_algo_name(std::get<0>(info.param))) + "_" +
          transport_name(std::get<1>(info.param));
 }
@@ -137,7 +138,8 @@ TEST_P(AlgoTest, DensityOneEqualsDenseAverage) {
     int bad = 0;
     for (size_t i = 0; i < n; ++i) {
       double sum = 0.0, mag = 0.0;
-      for (int r = 0; r < P; ++r) sum += all[r * n + i], mag += std::fabs(all[r * n + i]);
+      for (int r = 0; r < P; ++r)
+        sum += all[r * n + i], mag += std::fabs(all[r * n + i]);
       if (std::fabs(run.out[i] - sum / P) > 1e-6 * mag / P + 1e-30) ++bad;
       if (run.resid[i] != 0.0f) ++bad;
     }
@@ -170,7 +172,8 @@ TEST_P(AlgoTest, InPlaceOutput) {
     auto g = normal_data(n, 5, world_rank(), step);
     ASSERT_TRUE(ref.step_all(g));
     std::vector<float> buf = g;
-    ASSERT_EQ(pgs_bucket_allreduce(inplace.bucket(), buf.data(), buf.data()), PGS_OK);
+    ASSERT_EQ(pgs_bucket_allreduce(inplace.bucket(), buf.data(), buf.data()),
+              PGS_OK);
     EXPECT_EQ(std::memcmp(buf.data(), ref.out.data(), n * sizeof(float)), 0);
   }
 }
@@ -219,7 +222,8 @@ TEST_P(AlgoTest, OneRankWithoutSelection) {
     if (world_rank() == 0) std::fill(g.begin(), g.end(), 0.0f);
     ASSERT_TRUE(run.step_all(g));
     EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
-    if (world_rank() == 0 && algo() != PGS_ALGO_DENSE && algo() != PGS_ALGO_GTOPK) {
+    if (world_rank() == 0 && algo() != PGS_ALGO_DENSE &&
+        algo() != PGS_ALGO_GTOPK) {
       EXPECT_EQ(run.stats.local_selected, 0);
     }
   }
@@ -236,7 +240,8 @@ TEST_P(AlgoTest, TiesAtThreshold) {
     auto noise = normal_data(n, 53, world_rank(), step);
     // Three magnitudes only, so the k-th value is tied hundreds of times.
     for (size_t i = 0; i < n; ++i)
-      g[i] = (noise[i] > 0 ? 1.0f : -1.0f) * (1.0f + std::floor(std::fabs(noise[i]) * 1.5f));
+      g[i] = (noise[i] > 0 ? 1.0f : -1.0f) *
+             (1.0f + std::floor(std::fabs(noise[i]) * 1.5f));
     ASSERT_TRUE(run.step_all(g));
     EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
     if (algo() == PGS_ALGO_TOPKA || algo() == PGS_ALGO_TOPKDSA ||
@@ -299,7 +304,8 @@ TEST_P(TransportTest, TopkaMatchesBruteForce) {
     }
     int bad = 0;
     for (size_t i = 0; i < n; ++i)
-      if (std::fabs(expect[i] / P - run.out[i]) > 1e-6f * std::fabs(expect[i])) ++bad;
+      if (std::fabs(expect[i] / P - run.out[i]) > 1e-6f * std::fabs(expect[i]))
+        ++bad;
     EXPECT_EQ(bad, 0) << "step " << step;
     EXPECT_EQ(run.stats.local_selected, k);
   }
@@ -322,7 +328,8 @@ TEST_P(TransportTest, GtopkIsExactAtItsSupport) {
       if (run.out[i] == 0.0f) continue;
       ++support;
       double sum = 0.0, mag = 0.0;
-      for (int r = 0; r < P; ++r) sum += acc[r * n + i], mag += std::fabs(acc[r * n + i]);
+      for (int r = 0; r < P; ++r)
+        sum += acc[r * n + i], mag += std::fabs(acc[r * n + i]);
       // fp32 sums of values that nearly cancel: tolerance on the magnitudes.
       if (std::fabs(sum / P - run.out[i]) > 1e-6 * mag) ++bad;
       if (run.resid[i] != 0.0f) ++bad;
@@ -354,7 +361,8 @@ TEST_P(TransportTest, OktopkSupportIsGlobalTopkOfReducedSelections) {
   const int P = world_size();
   const int64_t k = target_k(0.02, n);
   const int64_t tau_prime = 4, tau = 8;
-  Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, 0.02, 1, tau, tau_prime), n);
+  Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, 0.02, 1, tau, tau_prime),
+             n);
   ASSERT_TRUE(all_ranks(run.ok()));
   int checked = 0;
   for (int64_t step = 0; step < 26; ++step) {
@@ -366,7 +374,8 @@ TEST_P(TransportTest, OktopkSupportIsGlobalTopkOfReducedSelections) {
       EXPECT_TRUE(run.stats.local_recomputed);
       EXPECT_TRUE(run.stats.global_recomputed);
     }
-    if (sparse % tau_prime != 0 || run.stats.capped != 0 || run.stats.trimmed != 0)
+    if (sparse % tau_prime != 0 || run.stats.capped != 0 ||
+        run.stats.trimmed != 0)
       continue;
     // Everyone agrees on whether this step is checked (capping is per rank).
     if (!all_ranks(run.stats.capped == 0)) continue;
@@ -388,7 +397,8 @@ TEST_P(TransportTest, OktopkSupportIsGlobalTopkOfReducedSelections) {
       bool got = run.out[i] != 0.0f;
       // Membership may differ only for sums within rounding of the threshold.
       if (expect != got && std::fabs(std::fabs(v[i]) - thr) > 1e-5 * thr) ++bad;
-      if (got && std::fabs(run.out[i] - v[i] / P) > 1e-5 * std::fabs(v[i] / P)) ++bad;
+      if (got && std::fabs(run.out[i] - v[i] / P) > 1e-5 * std::fabs(v[i] / P))
+        ++bad;
     }
     EXPECT_EQ(bad, 0) << "step " << step;
     ++checked;
@@ -402,8 +412,10 @@ TEST_P(TransportTest, OktopkSupportIsGlobalTopkOfReducedSelections) {
 TEST_P(TransportTest, OktopkVolumeBelowBound) {
   const int P = world_size();
   if (P == 1) GTEST_SKIP() << "no communication at P = 1";
-  struct Case { size_t n; double d; } cases[] = {
-      {50000, 0.01}, {20000, 0.001}, {3000, 0.0005}, {800, 0.05}};
+  struct Case {
+    size_t n;
+    double d;
+  } cases[] = {{50000, 0.01}, {20000, 0.001}, {3000, 0.0005}, {800, 0.05}};
   for (auto c : cases) {
     Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, c.d, 1, 6, 3), c.n);
     ASSERT_TRUE(all_ranks(run.ok()));
@@ -428,7 +440,7 @@ TEST_P(TransportTest, OktopkVolumeBelowBound) {
 
 INSTANTIATE_TEST_SUITE_P(All, TransportTest,
                          testing::Values(Transport::kMpi, Transport::kExt),
-                         [](const testing::TestParamInfo<Transport>& i) {
+                         [](const testing::TestParamInfo<Transport> &i) {
                            return transport_name(i.param);
                          });
 
@@ -436,28 +448,35 @@ INSTANTIATE_TEST_SUITE_P(All, TransportTest,
 TEST(BucketConfig, RejectsBadConfiguration) {
   CommPtr comm = make_comm(Transport::kMpi);
   ASSERT_TRUE(comm);
-  pgs_bucket_t* b = nullptr;
+  pgs_bucket_t *b = nullptr;
   for (double d : {0.0, -0.5, 1.5, std::nan("")}) {
     pgs_config_t c = make_config(PGS_ALGO_OKTOPK, d, 0);
-    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+              PGS_ERR_INVALID);
     EXPECT_EQ(b, nullptr);
   }
   pgs_config_t c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 0, &b), PGS_ERR_UNSUPPORTED);
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 0, &b),
+            PGS_ERR_UNSUPPORTED);
   c.tau = 0;
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+            PGS_ERR_INVALID);
   c = make_config(static_cast<pgs_algo_id_t>(PGS_ALGO_COUNT), 0.1, 0);
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+            PGS_ERR_INVALID);
   c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
   c.struct_size = 8;
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+            PGS_ERR_INVALID);
 }
 
 TEST(BucketConfig, AlgorithmNamesRoundTrip) {
   for (int i = 0; i < PGS_ALGO_COUNT; ++i) {
     pgs_algo_id_t id;
     ASSERT_NE(pgs_algo_name(static_cast<pgs_algo_id_t>(i)), nullptr);
-    EXPECT_EQ(pgs_algo_from_name(pgs_algo_name(static_cast<pgs_algo_id_t>(i)), &id), PGS_OK);
+    EXPECT_EQ(
+        pgs_algo_from_name(pgs_algo_name(static_cast<pgs_algo_id_t>(i)), &id),
+        PGS_OK);
     EXPECT_EQ(id, i);
   }
   pgs_algo_id_t id;

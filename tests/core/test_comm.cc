@@ -25,7 +25,7 @@ using pgs_test::Transport;
 
 // ---- helpers ---------------------------------------------------------------
 
-pgs_comm_counters_t counters_of(const pgs_comm_t* c) {
+pgs_comm_counters_t counters_of(const pgs_comm_t *c) {
   pgs_comm_counters_t k{};
   pgs_comm_get_counters(c, &k);
   return k;
@@ -36,7 +36,7 @@ struct Delta {
   uint64_t data_sent = 0, data_recv = 0, ctrl_sent = 0, ctrl_recv = 0;
 };
 
-Delta delta(const pgs_comm_counters_t& before, const pgs_comm_t* c) {
+Delta delta(const pgs_comm_counters_t &before, const pgs_comm_t *c) {
   const pgs_comm_counters_t now = counters_of(c);
   return {now.data_sent - before.data_sent, now.data_recv - before.data_recv,
           now.ctrl_sent - before.ctrl_sent, now.ctrl_recv - before.ctrl_recv};
@@ -75,8 +75,7 @@ struct Batch {
   std::vector<pgs_msg_t> msgs;
   std::vector<int> peers, salts;
 
-  void add(int peer, size_t bytes, int salt, bool fill_from, int src,
-           int dst) {
+  void add(int peer, size_t bytes, int salt, bool fill_from, int src, int dst) {
     std::vector<uint8_t> b(bytes + 1, kGuard);
     if (fill_from)
       for (size_t k = 0; k < bytes; ++k) b[k] = msg_byte(src, dst, salt, k);
@@ -90,23 +89,23 @@ struct Batch {
     for (size_t i = 0; i < bufs.size(); ++i) {
       const size_t bytes = bufs[i].size() - 1;
       // 0-byte messages are listed too, some with a NULL buffer.
-      void* p = bytes == 0 && i % 2 == 0 ? nullptr : bufs[i].data();
+      void *p = bytes == 0 && i % 2 == 0 ? nullptr : bufs[i].data();
       msgs.push_back(pgs_msg_t{peers[i], p, bytes});
     }
   }
   uint64_t total() const {
     uint64_t t = 0;
-    for (const auto& m : msgs) t += m.bytes;
+    for (const auto &m : msgs) t += m.bytes;
     return t;
   }
   int n() const { return static_cast<int>(msgs.size()); }
-  const pgs_msg_t* data() const { return msgs.empty() ? nullptr : msgs.data(); }
+  const pgs_msg_t *data() const { return msgs.empty() ? nullptr : msgs.data(); }
 };
 
 // Checks that every received buffer holds what its sender wrote.
-void expect_received(const Batch& recvs, int me) {
+void expect_received(const Batch &recvs, int me) {
   for (size_t i = 0; i < recvs.bufs.size(); ++i) {
-    const auto& b = recvs.bufs[i];
+    const auto &b = recvs.bufs[i];
     const size_t bytes = b.size() - 1;
     size_t bad = 0;
     for (size_t k = 0; k < bytes; ++k)
@@ -125,49 +124,51 @@ struct Stub {
   int result = PGS_OK;  // what every entry returns
 };
 
-int stub_exchange_start(void* impl, const pgs_msg_t*, int, const pgs_msg_t*,
+int stub_exchange_start(void *impl, const pgs_msg_t *, int, const pgs_msg_t *,
                         int, int) {
-  auto* s = static_cast<Stub*>(impl);
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-int stub_exchange_wait(void* impl, int) {
-  auto* s = static_cast<Stub*>(impl);
+int stub_exchange_wait(void *impl, int) {
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-int stub_allgatherv(void* impl, const void*, size_t, void*, const size_t*,
-                    const size_t*) {
-  auto* s = static_cast<Stub*>(impl);
+int stub_allgatherv(void *impl, const void *, size_t, void *, const size_t *,
+                    const size_t *) {
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-int stub_reduce(void* impl, void*, size_t, pgs_dtype_t, pgs_redop_t) {
-  auto* s = static_cast<Stub*>(impl);
+int stub_reduce(void *impl, void *, size_t, pgs_dtype_t, pgs_redop_t) {
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-int stub_bcast(void* impl, void*, size_t, int) {
-  auto* s = static_cast<Stub*>(impl);
+int stub_bcast(void *impl, void *, size_t, int) {
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-int stub_alltoall(void* impl, const int64_t*, int64_t*) {
-  auto* s = static_cast<Stub*>(impl);
+int stub_alltoall(void *impl, const int64_t *, int64_t *) {
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-int stub_allgather(void* impl, const int64_t*, size_t, int64_t*) {
-  auto* s = static_cast<Stub*>(impl);
+int stub_allgather(void *impl, const int64_t *, size_t, int64_t *) {
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-int stub_barrier(void* impl) {
-  auto* s = static_cast<Stub*>(impl);
+int stub_barrier(void *impl) {
+  auto *s = static_cast<Stub *>(impl);
   ++s->calls;
   return s->result;
 }
-void stub_destroy(void* impl) { ++static_cast<Stub*>(impl)->destroyed; }
+void stub_destroy(void *impl) {
+  ++static_cast<Stub *>(impl)->destroyed;
+}
 
 pgs_comm_vtable_t stub_vtable() {
   pgs_comm_vtable_t vt{};
@@ -184,8 +185,8 @@ pgs_comm_vtable_t stub_vtable() {
   return vt;
 }
 
-CommPtr make_stub(Stub* s, int rank, int size) {
-  pgs_comm_t* c = nullptr;
+CommPtr make_stub(Stub *s, int rank, int size) {
+  pgs_comm_t *c = nullptr;
   const pgs_comm_vtable_t vt = stub_vtable();
   EXPECT_EQ(pgs_comm_create(&vt, s, rank, size, PGS_MEM_HOST, &c), PGS_OK);
   return CommPtr(c);
@@ -219,7 +220,7 @@ TEST(CommTypes, DtypeSize) {
 
 TEST(CommCreate, AcceptsAValidVtableAndOwnsImpl) {
   Stub s;
-  pgs_comm_t* c = nullptr;
+  pgs_comm_t *c = nullptr;
   const pgs_comm_vtable_t vt = stub_vtable();
   ASSERT_EQ(pgs_comm_create(&vt, &s, 2, 5, PGS_MEM_DEVICE, &c), PGS_OK);
   ASSERT_NE(c, nullptr);
@@ -236,7 +237,7 @@ TEST(CommCreate, AcceptsAValidVtableAndOwnsImpl) {
 
 TEST(CommCreate, CopiesTheVtable) {
   Stub s;
-  pgs_comm_t* c = nullptr;
+  pgs_comm_t *c = nullptr;
   pgs_comm_vtable_t vt = stub_vtable();
   ASSERT_EQ(pgs_comm_create(&vt, &s, 0, 1, PGS_MEM_HOST, &c), PGS_OK);
   vt = pgs_comm_vtable_t{};  // the caller's table may go away
@@ -248,7 +249,7 @@ TEST(CommCreate, CopiesTheVtable) {
 
 TEST(CommCreate, DestroyMayBeNull) {
   Stub s;
-  pgs_comm_t* c = nullptr;
+  pgs_comm_t *c = nullptr;
   pgs_comm_vtable_t vt = stub_vtable();
   vt.destroy = nullptr;
   ASSERT_EQ(pgs_comm_create(&vt, &s, 0, 1, PGS_MEM_HOST, &c), PGS_OK);
@@ -257,7 +258,7 @@ TEST(CommCreate, DestroyMayBeNull) {
 }
 
 TEST(CommCreate, RejectsNullVtable) {
-  pgs_comm_t* c = nullptr;
+  pgs_comm_t *c = nullptr;
   EXPECT_EQ(pgs_comm_create(nullptr, nullptr, 0, 1, PGS_MEM_HOST, &c),
             PGS_ERR_INVALID);
   EXPECT_EQ(c, nullptr);
@@ -265,24 +266,23 @@ TEST(CommCreate, RejectsNullVtable) {
 
 TEST(CommCreate, RejectsEachMissingFunctionAndDestroysImpl) {
   // Each entry but destroy, cleared in turn.
-  const std::vector<void (*)(pgs_comm_vtable_t&)> clear = {
-      [](pgs_comm_vtable_t& v) { v.exchange_start = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.exchange_wait = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.allgatherv = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.allreduce = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.bcast = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.allreduce_host = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.alltoall_host = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.allgather_host = nullptr; },
-      [](pgs_comm_vtable_t& v) { v.barrier = nullptr; },
+  const std::vector<void (*)(pgs_comm_vtable_t &)> clear = {
+      [](pgs_comm_vtable_t &v) { v.exchange_start = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.exchange_wait = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.allgatherv = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.allreduce = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.bcast = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.allreduce_host = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.alltoall_host = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.allgather_host = nullptr; },
+      [](pgs_comm_vtable_t &v) { v.barrier = nullptr; },
   };
   for (size_t i = 0; i < clear.size(); ++i) {
     Stub s;
     pgs_comm_vtable_t vt = stub_vtable();
     clear[i](vt);
-    pgs_comm_t* c = reinterpret_cast<pgs_comm_t*>(&s);  // must be reset
-    EXPECT_EQ(pgs_comm_create(&vt, &s, 0, 2, PGS_MEM_HOST, &c),
-              PGS_ERR_INVALID)
+    pgs_comm_t *c = reinterpret_cast<pgs_comm_t *>(&s);  // must be reset
+    EXPECT_EQ(pgs_comm_create(&vt, &s, 0, 2, PGS_MEM_HOST, &c), PGS_ERR_INVALID)
         << "entry " << i;
     EXPECT_EQ(c, nullptr) << "entry " << i;
     EXPECT_EQ(s.destroyed, 1) << "entry " << i;
@@ -296,16 +296,16 @@ TEST(CommCreate, RejectsBadRankSizeOrOutAndDestroysImpl) {
     bool null_out;
   };
   const Case cases[] = {
-      {-1, 4, PGS_MEM_HOST, false},  {4, 4, PGS_MEM_HOST, false},
-      {5, 4, PGS_MEM_HOST, false},   {0, 0, PGS_MEM_HOST, false},
-      {0, -3, PGS_MEM_HOST, false},  {0, 1, PGS_MEM_HOST, true},
+      {-1, 4, PGS_MEM_HOST, false}, {4, 4, PGS_MEM_HOST, false},
+      {5, 4, PGS_MEM_HOST, false},  {0, 0, PGS_MEM_HOST, false},
+      {0, -3, PGS_MEM_HOST, false}, {0, 1, PGS_MEM_HOST, true},
       // (A pgs_mem_t outside the enum is rejected too, but C++ cannot form
       // one without undefined behaviour, so it is not tried here.)
   };
-  for (const Case& k : cases) {
+  for (const Case &k : cases) {
     Stub s;
     const pgs_comm_vtable_t vt = stub_vtable();
-    pgs_comm_t* c = nullptr;
+    pgs_comm_t *c = nullptr;
     EXPECT_EQ(pgs_comm_create(&vt, &s, k.rank, k.size, k.mem,
                               k.null_out ? nullptr : &c),
               PGS_ERR_INVALID)
@@ -371,8 +371,8 @@ TEST(CommCounters, ModelAtFourRanks) {
   EXPECT_DELTA(delta(k0, c.get()), 15u, 21u, 0u, 0u);
 
   // Exchange: exact bytes, including zero-byte messages; counted at start.
-  const pgs_msg_t sends[3] = {{0, b.data(), 10}, {2, nullptr, 0},
-                              {3, b.data(), 20}};
+  const pgs_msg_t sends[3] = {
+      {0, b.data(), 10}, {2, nullptr, 0}, {3, b.data(), 20}};
   const pgs_msg_t recvs[2] = {{0, b.data(), 7}, {3, b.data() + 50, 1}};
   k0 = counters_of(c.get());
   EXPECT_EQ(pgs_comm_exchange_start(c.get(), sends, 3, recvs, 2, 1), PGS_OK);
@@ -403,9 +403,9 @@ TEST(CommCounters, RingModelRoundsDown) {
   CommPtr c5 = make_stub(&s5, 0, 5);
   ASSERT_NE(c5, nullptr);
   std::vector<double> d(7);
-  EXPECT_EQ(pgs_comm_allreduce_host(c5.get(), d.data(), 7, PGS_FLOAT64,
-                                    PGS_SUM),
-            PGS_OK);
+  EXPECT_EQ(
+      pgs_comm_allreduce_host(c5.get(), d.data(), 7, PGS_FLOAT64, PGS_SUM),
+      PGS_OK);
   EXPECT_EQ(counters_of(c5.get()).ctrl_sent, 89u);
   EXPECT_EQ(counters_of(c5.get()).ctrl_recv, 89u);
 }
@@ -467,7 +467,7 @@ TEST(CommValidation, InvalidArgumentsNeverReachTheTransport) {
   Stub s;
   CommPtr c = make_stub(&s, 1, 3);
   ASSERT_NE(c, nullptr);
-  pgs_comm_t* cc = c.get();
+  pgs_comm_t *cc = c.get();
   std::vector<uint8_t> b(64);
   std::vector<int64_t> h(8);
   const size_t rb[3] = {4, 4, 4}, dp[3] = {0, 4, 8};
@@ -479,7 +479,7 @@ TEST(CommValidation, InvalidArgumentsNeverReachTheTransport) {
   EXPECT_EQ(pgs_comm_exchange_start(cc, &ok, 1, &ok, 1, -1), PGS_ERR_INVALID);
   EXPECT_EQ(pgs_comm_exchange_start(cc, &ok, 1, &ok, 1, PGS_COMM_SLOTS),
             PGS_ERR_INVALID);
-  for (const pgs_msg_t* bad : {&self, &far, &neg, &null_buf}) {
+  for (const pgs_msg_t *bad : {&self, &far, &neg, &null_buf}) {
     EXPECT_EQ(pgs_comm_exchange_start(cc, bad, 1, nullptr, 0, 0),
               PGS_ERR_INVALID);
     EXPECT_EQ(pgs_comm_exchange_start(cc, nullptr, 0, bad, 1, 0),
@@ -522,10 +522,8 @@ TEST(CommValidation, InvalidArgumentsNeverReachTheTransport) {
   EXPECT_EQ(pgs_comm_bcast(cc, nullptr, 4, 0), PGS_ERR_INVALID);
   EXPECT_EQ(pgs_comm_alltoall_host(cc, nullptr, h.data()), PGS_ERR_INVALID);
   EXPECT_EQ(pgs_comm_alltoall_host(cc, h.data(), nullptr), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_comm_allgather_host(cc, nullptr, 1, h.data()),
-            PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_comm_allgather_host(cc, h.data(), 1, nullptr),
-            PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_comm_allgather_host(cc, nullptr, 1, h.data()), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_comm_allgather_host(cc, h.data(), 1, nullptr), PGS_ERR_INVALID);
   EXPECT_EQ(pgs_comm_barrier(nullptr), PGS_ERR_INVALID);
 
   EXPECT_EQ(s.calls, 0);
@@ -552,7 +550,7 @@ class CommTransport : public testing::TestWithParam<Transport> {
     rank_ = pgs_comm_rank(comm_.get());
     size_ = pgs_comm_size(comm_.get());
   }
-  pgs_comm_t* comm() { return comm_.get(); }
+  pgs_comm_t *comm() { return comm_.get(); }
 
   CommPtr comm_;
   int rank_ = 0, size_ = 1;
@@ -574,7 +572,7 @@ TEST_P(CommTransport, CreateKeepsTheCallersErrorHandler) {
 }
 
 TEST(CommMpiCreate, RejectsBadArguments) {
-  pgs_comm_t* c = reinterpret_cast<pgs_comm_t*>(&c);
+  pgs_comm_t *c = reinterpret_cast<pgs_comm_t *>(&c);
   EXPECT_EQ(pgs_comm_mpi_create(MPI_COMM_NULL, &c), PGS_ERR_INVALID);
   EXPECT_EQ(c, nullptr);
   EXPECT_EQ(pgs_comm_mpi_create(MPI_COMM_WORLD, nullptr), PGS_ERR_INVALID);
@@ -618,7 +616,7 @@ TEST_P(CommTransport, ExchangeTwoSlotsInFlight) {
       s1.add(bwd, msg_size(r, bwd, 30 + iter), 30 + iter, true, r, bwd);
       r1.add(fwd, msg_size(fwd, r, 30 + iter), 30 + iter, false, fwd, r);
     }
-    for (Batch* b : {&s0, &r0, &s1, &r1}) b->finish();
+    for (Batch *b : {&s0, &r0, &s1, &r1}) b->finish();
     const pgs_comm_counters_t k0 = counters_of(comm());
     EXPECT_EQ(pgs_comm_exchange_start(comm(), s0.data(), s0.n(), r0.data(),
                                       r0.n(), 0),
@@ -644,8 +642,7 @@ TEST_P(CommTransport, ExchangeRejectsMisuse) {
   EXPECT_EQ(pgs_comm_exchange_start(comm(), &self, 1, nullptr, 0, 0),
             PGS_ERR_INVALID);
   EXPECT_EQ(pgs_comm_exchange_wait(comm(), 0), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_comm_exchange_start(comm(), nullptr, 0, nullptr, 0, 0),
-            PGS_OK);
+  EXPECT_EQ(pgs_comm_exchange_start(comm(), nullptr, 0, nullptr, 0, 0), PGS_OK);
   EXPECT_EQ(pgs_comm_exchange_start(comm(), nullptr, 0, nullptr, 0, 0),
             PGS_ERR_BUSY);
   EXPECT_EQ(pgs_comm_exchange_wait(comm(), 0), PGS_OK);
@@ -672,7 +669,7 @@ TEST_P(CommTransport, AllgathervVariableSizes) {
     std::vector<uint8_t> recv(total, kGuard);
     std::vector<uint8_t> send(rb[r]);
     for (size_t k = 0; k < rb[r]; ++k) send[k] = byte(r, k);
-    const void* sp = send.data();
+    const void *sp = send.data();
     if (in_place) {
       if (rb[r] > 0) std::memcpy(recv.data() + dp[r], send.data(), rb[r]);
       sp = recv.data() + dp[r];
@@ -700,9 +697,9 @@ TEST_P(CommTransport, AllgathervVariableSizes) {
 
 TEST_P(CommTransport, AllgathervAllEmpty) {
   std::vector<size_t> rb(size_, 0), dp(size_, 0);
-  EXPECT_EQ(pgs_comm_allgatherv(comm(), nullptr, 0, nullptr, rb.data(),
-                                dp.data()),
-            PGS_OK);
+  EXPECT_EQ(
+      pgs_comm_allgatherv(comm(), nullptr, 0, nullptr, rb.data(), dp.data()),
+      PGS_OK);
   const pgs_comm_counters_t k = counters_of(comm());
   EXPECT_EQ(k.data_sent + k.data_recv, 0u);
 }
@@ -727,7 +724,7 @@ T combine(T a, T b, pgs_redop_t op) {
 }
 
 template <typename T>
-void check_allreduce(pgs_comm_t* c, pgs_dtype_t dtype, pgs_redop_t op,
+void check_allreduce(pgs_comm_t *c, pgs_dtype_t dtype, pgs_redop_t op,
                      bool host) {
   const int p = pgs_comm_size(c), r = pgs_comm_rank(c);
   constexpr size_t kCount = 37;
@@ -739,8 +736,9 @@ void check_allreduce(pgs_comm_t* c, pgs_dtype_t dtype, pgs_redop_t op,
       want[i] = combine(want[i], reduce_input<T>(q, i), op);
   }
   const pgs_comm_counters_t k0 = counters_of(c);
-  const int st = host ? pgs_comm_allreduce_host(c, buf.data(), kCount, dtype, op)
-                      : pgs_comm_allreduce(c, buf.data(), kCount, dtype, op);
+  const int st = host
+                     ? pgs_comm_allreduce_host(c, buf.data(), kCount, dtype, op)
+                     : pgs_comm_allreduce(c, buf.data(), kCount, dtype, op);
   EXPECT_EQ(st, PGS_OK);
   size_t bad = 0;
   for (size_t i = 0; i < kCount; ++i)
@@ -776,7 +774,9 @@ TEST_P(CommTransport, AllreduceSameBitsOnEveryRank) {
   // the ext transport's partial last piece) against rank 0's bits and the
   // oracle.
   constexpr size_t kSample = 4096;
-  auto at = [&](size_t j) { return j + 1 == kSample ? n - 1 : j * (n / kSample); };
+  auto at = [&](size_t j) {
+    return j + 1 == kSample ? n - 1 : j * (n / kSample);
+  };
   std::vector<float> mine(kSample), want(kSample, 0.0f);
   for (size_t j = 0; j < kSample; ++j) mine[j] = buf[at(j)];
   for (int q = 0; q < p; ++q) {
@@ -786,12 +786,10 @@ TEST_P(CommTransport, AllreduceSameBitsOnEveryRank) {
   std::vector<float> root = mine;
   MPI_Bcast(root.data(), static_cast<int>(kSample), MPI_FLOAT, 0,
             MPI_COMM_WORLD);
-  EXPECT_EQ(std::memcmp(root.data(), mine.data(), kSample * sizeof(float)),
-            0);
+  EXPECT_EQ(std::memcmp(root.data(), mine.data(), kSample * sizeof(float)), 0);
   size_t far = 0;
   for (size_t j = 0; j < kSample; ++j)
-    if (std::abs(mine[j] - want[j]) > 1e-4f * (1.0f + std::abs(want[j])))
-      ++far;
+    if (std::abs(mine[j] - want[j]) > 1e-4f * (1.0f + std::abs(want[j]))) ++far;
   EXPECT_EQ(far, 0u);
 }
 
@@ -843,8 +841,7 @@ TEST_P(CommTransport, BcastFromEveryRoot) {
     std::vector<uint8_t> buf(bytes + 1, kGuard);
     if (r == root)
       for (size_t k = 0; k < bytes; ++k) buf[k] = msg_byte(root, 0, 1, k);
-    EXPECT_EQ(pgs_comm_bcast(comm(), bytes ? buf.data() : nullptr, bytes,
-                             root),
+    EXPECT_EQ(pgs_comm_bcast(comm(), bytes ? buf.data() : nullptr, bytes, root),
               PGS_OK);
     size_t bad = 0;
     for (size_t k = 0; k < bytes; ++k)
@@ -878,31 +875,30 @@ TEST_P(CommTransport, CollectivesWhileExchangeInFlight) {
                                     recvs.data(), recvs.n(), 1),
             PGS_OK);
   int64_t v = r + 1;
-  EXPECT_EQ(pgs_comm_allreduce_host(comm(), &v, 1, PGS_INT64, PGS_SUM),
-            PGS_OK);
+  EXPECT_EQ(pgs_comm_allreduce_host(comm(), &v, 1, PGS_INT64, PGS_SUM), PGS_OK);
   EXPECT_EQ(v, int64_t{p} * (p + 1) / 2);
   EXPECT_EQ(pgs_comm_barrier(comm()), PGS_OK);
   EXPECT_EQ(pgs_comm_exchange_wait(comm(), 1), PGS_OK);
   expect_received(recvs, r);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Transports, CommTransport,
-    testing::Values(Transport::kMpi, Transport::kExt),
-    [](const testing::TestParamInfo<Transport>& info) {
-      return pgs_test::transport_name(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Transports, CommTransport,
+                         testing::Values(Transport::kMpi, Transport::kExt),
+                         [](const testing::TestParamInfo<Transport> &info) {
+                           return pgs_test::transport_name(info.param);
+                         });
 
 // ---- messages above INT_MAX bytes (opt-in: several GiB per rank) ---------
 //
 // Run with PGS_TEST_LARGE=1 at P = 2, e.g.
-//   PGS_TEST_LARGE=1 mpirun -np 2 tests/pgs_core_tests --gtest_filter='*CommLarge*'
+//   PGS_TEST_LARGE=1 mpirun -np 2 tests/pgs_core_tests
+//   --gtest_filter='*CommLarge*'
 // They need about 9 GiB of memory in all.
 
 class CommLarge : public CommTransport {
  protected:
   void SetUp() override {
-    const char* env = std::getenv("PGS_TEST_LARGE");
+    const char *env = std::getenv("PGS_TEST_LARGE");
     const bool on = env != nullptr && env[0] != '\0' && env[0] != '0';
     if (!pgs_test::all_ranks(on && pgs_test::world_size() == 2))
       GTEST_SKIP() << "set PGS_TEST_LARGE=1 and run at P = 2";
@@ -917,8 +913,7 @@ uint8_t large_byte(int src, size_t k) {
   return static_cast<uint8_t>((k * 131) ^ (k >> 20) ^ static_cast<size_t>(src));
 }
 
-size_t count_bad(const std::vector<uint8_t>& v, size_t off, size_t n,
-                 int src) {
+size_t count_bad(const std::vector<uint8_t> &v, size_t off, size_t n, int src) {
   size_t bad = 0;
   for (size_t k = 0; k < n; ++k)
     if (v[off + k] != large_byte(src, k)) ++bad;
@@ -946,9 +941,9 @@ TEST_P(CommLarge, AllgathervBlockAboveIntMax) {
   std::vector<uint8_t> send(rb[rank_]);
   for (size_t k = 0; k < send.size(); ++k) send[k] = large_byte(rank_, k);
   std::vector<uint8_t> recv(kLarge + 100);
-  EXPECT_EQ(pgs_comm_allgatherv(comm(), send.data(), rb[rank_], recv.data(),
-                                rb, dp),
-            PGS_OK);
+  EXPECT_EQ(
+      pgs_comm_allgatherv(comm(), send.data(), rb[rank_], recv.data(), rb, dp),
+      PGS_OK);
   EXPECT_EQ(count_bad(recv, 0, kLarge, 0), 0u);
   EXPECT_EQ(count_bad(recv, kLarge, 100, 1), 0u);
 }
@@ -961,10 +956,10 @@ TEST_P(CommLarge, Bcast) {
   EXPECT_EQ(count_bad(buf, 0, kLarge, 1), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Transports, CommLarge, testing::Values(Transport::kMpi, Transport::kExt),
-    [](const testing::TestParamInfo<Transport>& info) {
-      return pgs_test::transport_name(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Transports, CommLarge,
+                         testing::Values(Transport::kMpi, Transport::kExt),
+                         [](const testing::TestParamInfo<Transport> &info) {
+                           return pgs_test::transport_name(info.param);
+                         });
 
 }  // namespace

@@ -16,7 +16,7 @@ namespace {
 class QuietPrinter : public testing::EmptyTestEventListener {
  public:
   explicit QuietPrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const testing::TestPartResult& r) override {
+  void OnTestPartResult(const testing::TestPartResult &r) override {
     if (r.failed())
       std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
                    r.file_name() ? r.file_name() : "?", r.line_number(),
@@ -29,14 +29,15 @@ class QuietPrinter : public testing::EmptyTestEventListener {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) {
-    testing::TestEventListeners& ls = testing::UnitTest::GetInstance()->listeners();
+    testing::TestEventListeners &ls =
+        testing::UnitTest::GetInstance()->listeners();
     delete ls.Release(ls.default_result_printer());
     ls.Append(new QuietPrinter(rank));
   }

@@ -21,7 +21,9 @@
 
 namespace {
 
-const pgs_ops_t* ops() { return pgs_ops_cpu(); }
+const pgs_ops_t *ops() {
+  return pgs_ops_cpu();
+}
 
 uint32_t bits_of(float x) {
   uint32_t b;
@@ -35,10 +37,12 @@ float from_bits(uint32_t b) {
   return x;
 }
 
-uint32_t abs_bits(float x) { return bits_of(x) & 0x7fffffffu; }
+uint32_t abs_bits(float x) {
+  return bits_of(x) & 0x7fffffffu;
+}
 
 // Bitwise equality of two float vectors (NaN-safe, -0 != +0).
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
 }
@@ -47,7 +51,7 @@ std::vector<float> normal(size_t n, uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(n);
-  for (auto& x : v) x = d(gen);
+  for (auto &x : v) x = d(gen);
   return v;
 }
 
@@ -57,7 +61,7 @@ std::vector<float> tied(size_t n, uint64_t seed, int levels, double zero_p) {
   std::uniform_int_distribution<int> lvl(1, levels);
   std::bernoulli_distribution zero(zero_p), neg(0.5);
   std::vector<float> v(n);
-  for (auto& x : v) {
+  for (auto &x : v) {
     x = zero(gen) ? 0.0f : 0.25f * static_cast<float>(lvl(gen));
     if (neg(gen)) x = -x;
   }
@@ -70,7 +74,7 @@ struct Kth {
 };
 
 // Oracle: k-th largest |x| by std::nth_element on a copy.
-Kth kth_oracle(const std::vector<float>& x, size_t k) {
+Kth kth_oracle(const std::vector<float> &x, size_t k) {
   std::vector<float> a(x.size());
   for (size_t i = 0; i < x.size(); ++i) a[i] = std::fabs(x[i]);
   std::nth_element(a.begin(), a.begin() + static_cast<ptrdiff_t>(k - 1),
@@ -81,7 +85,7 @@ Kth kth_oracle(const std::vector<float>& x, size_t k) {
 }
 
 // Runs kth_abs and compares with the oracle bit for bit.
-void expect_kth(const std::vector<float>& x, size_t k) {
+void expect_kth(const std::vector<float> &x, size_t k) {
   float thr = -1.0f;
   int64_t n_gt = -1;
   ASSERT_EQ(ops()->kth_abs(ops(), x.data(), x.size(), k, &thr, &n_gt), PGS_OK)
@@ -109,8 +113,8 @@ struct Pairs {
 };
 
 // Oracle of compact / select_pairs on a list of (index, value).
-Pairs select_oracle(const std::vector<int32_t>& idx,
-                    const std::vector<float>& val, float thr,
+Pairs select_oracle(const std::vector<int32_t> &idx,
+                    const std::vector<float> &val, float thr,
                     int64_t eq_quota) {
   Pairs out;
   int64_t ties = 0;
@@ -137,7 +141,7 @@ std::vector<int32_t> iota_idx(size_t n, int32_t offset) {
 }
 
 // Runs compact with enough capacity and compares with the oracle.
-void expect_compact(const std::vector<float>& x, float thr, int64_t quota,
+void expect_compact(const std::vector<float> &x, float thr, int64_t quota,
                     int32_t offset) {
   size_t cap = x.size() + 1;
   std::vector<int32_t> idx(cap, -1);
@@ -167,7 +171,7 @@ std::vector<int32_t> sorted_subset(size_t n, int32_t range, uint64_t seed) {
 // ---- the table and the memory functions ----------------------------------
 
 TEST(OpsCpuTable, EveryEntryIsSetForHostMemory) {
-  const pgs_ops_t* o = ops();
+  const pgs_ops_t *o = ops();
   ASSERT_NE(o, nullptr);
   EXPECT_EQ(o, pgs_ops_cpu());
   EXPECT_EQ(o->mem, PGS_MEM_HOST);
@@ -182,8 +186,8 @@ TEST(OpsCpuTable, EveryEntryIsSetForHostMemory) {
 
 TEST(OpsCpuMemory, AllocCopyFillRoundTrip) {
   const size_t n = 1000;
-  void* p = nullptr;
-  void* q = nullptr;
+  void *p = nullptr;
+  void *q = nullptr;
   ASSERT_EQ(ops()->alloc(ops(), &p, n * sizeof(float)), PGS_OK);
   ASSERT_EQ(ops()->alloc(ops(), &q, n * sizeof(float)), PGS_OK);
   ASSERT_NE(p, nullptr);
@@ -204,16 +208,14 @@ TEST(OpsCpuMemory, AllocCopyFillRoundTrip) {
 }
 
 TEST(OpsCpuMemory, EdgeCasesAndBadArguments) {
-  void* p = reinterpret_cast<void*>(1);
+  void *p = reinterpret_cast<void *>(1);
   EXPECT_EQ(ops()->alloc(ops(), &p, 0), PGS_OK);
   EXPECT_EQ(p, nullptr);
   ops()->free(ops(), nullptr);  // must be harmless
   EXPECT_EQ(ops()->alloc(ops(), nullptr, 8), PGS_ERR_INVALID);
   float a = 1.0f, b = 2.0f;
-  EXPECT_EQ(ops()->copy(ops(), nullptr, &a, 4, PGS_COPY_SAME),
-            PGS_ERR_INVALID);
-  EXPECT_EQ(ops()->copy(ops(), &b, nullptr, 4, PGS_COPY_SAME),
-            PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->copy(ops(), nullptr, &a, 4, PGS_COPY_SAME), PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->copy(ops(), &b, nullptr, 4, PGS_COPY_SAME), PGS_ERR_INVALID);
   EXPECT_EQ(ops()->copy(ops(), &b, &a, 4, static_cast<pgs_copy_kind_t>(7)),
             PGS_ERR_INVALID);
   EXPECT_EQ(b, 2.0f);
@@ -244,8 +246,7 @@ TEST(OpsCpuElementwise, AccumulateAddsAndCountsAtThreshold) {
             PGS_OK);
   EXPECT_TRUE(same_bits(acc, want));
   int64_t n_ge = -1;
-  EXPECT_EQ(ops()->accumulate(ops(), nullptr, nullptr, 0, 0.0f, &n_ge),
-            PGS_OK);
+  EXPECT_EQ(ops()->accumulate(ops(), nullptr, nullptr, 0, 0.0f, &n_ge), PGS_OK);
   EXPECT_EQ(n_ge, 0);
   EXPECT_EQ(ops()->accumulate(ops(), acc.data(), nullptr, n, 0.0f, nullptr),
             PGS_ERR_INVALID);
@@ -283,7 +284,7 @@ TEST(OpsCpuElementwise, CountNonfiniteSeesNanAndInf) {
 TEST(OpsCpuElementwise, MeanStdMatchesDoubleLoop) {
   for (size_t n : {size_t{1}, size_t{2}, size_t{1000}, size_t{100003}}) {
     std::vector<float> x = normal(n, 6 + n);
-    for (auto& v : x) v = 1000.0f + 3.0f * v;  // large mean: no cancellation
+    for (auto &v : x) v = 1000.0f + 3.0f * v;  // large mean: no cancellation
     long double s = 0, ss = 0;
     for (float v : x) s += v;
     long double mu = s / n;
@@ -345,7 +346,7 @@ TEST(OpsCpuKthAbs, AllZerosAndMostlyZeros) {
 
 TEST(OpsCpuKthAbs, NegativeValuesUseMagnitude) {
   std::vector<float> x = normal(50000, 7);
-  for (auto& v : x) v = -std::fabs(v);
+  for (auto &v : x) v = -std::fabs(v);
   for (size_t k : ks_for(x.size(), 8)) expect_kth(x, k);
   float thr = 0;
   int64_t n_gt = 0;
@@ -365,13 +366,13 @@ TEST(OpsCpuKthAbs, DenormalsAndLowMantissaBits) {
   std::uniform_int_distribution<uint32_t> low(0, 255);
   std::bernoulli_distribution neg(0.5);
   std::vector<float> x(20000);
-  for (auto& v : x) {
+  for (auto &v : x) {
     v = from_bits(bits_of(1.0f) + low(gen));
     if (neg(gen)) v = -v;
   }
   for (size_t k : ks_for(x.size(), 10)) expect_kth(x, k);
   // Denormals (with zeros): smallest magnitudes, all in the bottom bins.
-  for (auto& v : x) {
+  for (auto &v : x) {
     uint32_t b = low(gen) * 3u;  // 0 makes a zero
     v = from_bits(b | (neg(gen) ? 0x80000000u : 0u));
   }
@@ -393,8 +394,7 @@ TEST(OpsCpuKthAbs, RejectsBadArguments) {
             PGS_ERR_INVALID);
   EXPECT_EQ(ops()->kth_abs(ops(), x.data(), 0, 1, &thr, &n_gt),
             PGS_ERR_INVALID);
-  EXPECT_EQ(ops()->kth_abs(ops(), nullptr, 3, 1, &thr, &n_gt),
-            PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->kth_abs(ops(), nullptr, 3, 1, &thr, &n_gt), PGS_ERR_INVALID);
   EXPECT_EQ(ops()->kth_abs(ops(), x.data(), 3, 1, nullptr, &n_gt),
             PGS_ERR_INVALID);
   EXPECT_EQ(ops()->kth_abs(ops(), x.data(), 3, 1, &thr, nullptr),
@@ -407,8 +407,8 @@ TEST(OpsCpuKthAbs, RejectsBadArguments) {
 // exactly k entries, the k largest.
 TEST(OpsCpuKthAbs, ThresholdPlusTieQuotaSelectsExactlyK) {
   std::vector<float> x = tied(100000, 13, 6, 0.3);
-  for (size_t k : {size_t{1}, size_t{10}, size_t{5000}, size_t{60000},
-                   size_t{70000}}) {
+  for (size_t k :
+       {size_t{1}, size_t{10}, size_t{5000}, size_t{60000}, size_t{70000}}) {
     float thr = 0;
     int64_t n_gt = 0;
     ASSERT_EQ(ops()->kth_abs(ops(), x.data(), x.size(), k, &thr, &n_gt),
@@ -429,7 +429,7 @@ TEST(OpsCpuKthAbs, ThresholdPlusTieQuotaSelectsExactlyK) {
 
 // ---- hist_abs --------------------------------------------------------------
 
-std::vector<int64_t> hist_oracle(const std::vector<float>& x, int level,
+std::vector<int64_t> hist_oracle(const std::vector<float> &x, int level,
                                  uint32_t prefix) {
   std::vector<int64_t> h(PGS_HIST_BINS, 0);
   for (float v : x) {
@@ -446,7 +446,8 @@ TEST(OpsCpuHistAbs, MatchesBruteForceAtEveryLevel) {
   std::vector<float> x = normal(50000, 14);
   std::vector<float> t = tied(20000, 15, 4, 0.5);
   x.insert(x.end(), t.begin(), t.end());
-  for (uint32_t b = 0; b < 3000; b += 7) x.push_back(from_bits(b));  // denormals
+  for (uint32_t b = 0; b < 3000; b += 7)
+    x.push_back(from_bits(b));  // denormals
   std::mt19937_64 gen(16);
   std::uniform_int_distribution<size_t> pick(0, x.size() - 1);
   for (int trial = 0; trial < 6; ++trial) {
@@ -458,11 +459,11 @@ TEST(OpsCpuHistAbs, MatchesBruteForceAtEveryLevel) {
         uint32_t keep = level == 0 ? 0u : ~0u << (32 - 8 * level);
         uint32_t prefix = (abs_bits(real) & keep) | (junk & ~keep);
         std::vector<int64_t> h(PGS_HIST_BINS, 5);  // added to, not overwritten
-        ASSERT_EQ(ops()->hist_abs(ops(), x.data(), x.size(), level, prefix,
-                                  h.data()),
-                  PGS_OK);
+        ASSERT_EQ(
+            ops()->hist_abs(ops(), x.data(), x.size(), level, prefix, h.data()),
+            PGS_OK);
         std::vector<int64_t> want = hist_oracle(x, level, prefix);
-        for (auto& w : want) w += 5;
+        for (auto &w : want) w += 5;
         EXPECT_EQ(h, want) << "level " << level << " trial " << trial;
         // The real value's own bin is never empty.
         uint32_t bin = (abs_bits(real) >> (24 - 8 * level)) & 0xffu;
@@ -479,16 +480,14 @@ TEST(OpsCpuHistAbs, SkipsZerosAndRejectsBadLevels) {
   x[5] = -0.0f;
   x[6] = 1.0f;
   std::vector<int64_t> h(PGS_HIST_BINS, 0);
-  ASSERT_EQ(ops()->hist_abs(ops(), x.data(), x.size(), 0, 0, h.data()),
-            PGS_OK);
+  ASSERT_EQ(ops()->hist_abs(ops(), x.data(), x.size(), 0, 0, h.data()), PGS_OK);
   int64_t total = 0;
   for (auto v : h) total += v;
   EXPECT_EQ(total, 1);
   EXPECT_EQ(h[bits_of(1.0f) >> 24], 1);
   // Level 3 with prefix 0 would see the zeros' bits if they were not skipped.
   std::fill(h.begin(), h.end(), 0);
-  ASSERT_EQ(ops()->hist_abs(ops(), x.data(), x.size(), 3, 0, h.data()),
-            PGS_OK);
+  ASSERT_EQ(ops()->hist_abs(ops(), x.data(), x.size(), 3, 0, h.data()), PGS_OK);
   EXPECT_EQ(h[0], 0);
   EXPECT_EQ(ops()->hist_abs(ops(), x.data(), x.size(), -1, 0, h.data()),
             PGS_ERR_INVALID);
@@ -507,8 +506,8 @@ TEST(OpsCpuCountRegions, MatchesBruteForceWithEmptyRegions) {
   int nreg = static_cast<int>(bounds.size()) - 1;
   for (float thr : {0.0f, 0.25f, 0.5f, 1.0f, 2.0f}) {
     std::vector<int64_t> gt(nreg, -1), eq(nreg, -1);
-    ASSERT_EQ(ops()->count_regions(ops(), x.data(), x.size(), bounds.data(), nreg, thr,
-                                   gt.data(), eq.data()),
+    ASSERT_EQ(ops()->count_regions(ops(), x.data(), x.size(), bounds.data(),
+                                   nreg, thr, gt.data(), eq.data()),
               PGS_OK);
     for (int j = 0; j < nreg; ++j) {
       int64_t g = 0, e = 0;
@@ -523,8 +522,8 @@ TEST(OpsCpuCountRegions, MatchesBruteForceWithEmptyRegions) {
   // Regions need not start at 0.
   std::vector<int64_t> sub = {100, 100, 200};
   std::vector<int64_t> gt(2), eq(2);
-  ASSERT_EQ(ops()->count_regions(ops(), x.data(), x.size(), sub.data(), 2, 0.25f,
-                                 gt.data(), eq.data()),
+  ASSERT_EQ(ops()->count_regions(ops(), x.data(), x.size(), sub.data(), 2,
+                                 0.25f, gt.data(), eq.data()),
             PGS_OK);
   EXPECT_EQ(gt[0], 0);
   EXPECT_EQ(eq[0], 0);
@@ -538,26 +537,26 @@ TEST(OpsCpuCountRegions, RejectsBadBounds) {
   std::vector<int64_t> gt(3, 7), eq(3, 7);
   std::vector<int64_t> decreasing = {0, 5, 4, 10};
   std::vector<int64_t> negative = {-1, 5, 5, 10};
-  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), decreasing.data(), 3, 0.0f,
-                                 gt.data(), eq.data()),
+  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), decreasing.data(),
+                                 3, 0.0f, gt.data(), eq.data()),
             PGS_ERR_INVALID);
-  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), negative.data(), 3, 0.0f,
-                                 gt.data(), eq.data()),
+  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), negative.data(), 3,
+                                 0.0f, gt.data(), eq.data()),
             PGS_ERR_INVALID);
   std::vector<int64_t> past_end = {0, 5, 11};
   EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), past_end.data(), 2,
                                  0.0f, gt.data(), eq.data()),
             PGS_ERR_INVALID);
   EXPECT_EQ(gt, std::vector<int64_t>(3, 7));
-  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), nullptr, 3, 0.0f, gt.data(),
-                                 eq.data()),
-            PGS_ERR_INVALID);
-  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), decreasing.data(), -1, 0.0f,
+  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), nullptr, 3, 0.0f,
                                  gt.data(), eq.data()),
             PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), decreasing.data(),
+                                 -1, 0.0f, gt.data(), eq.data()),
+            PGS_ERR_INVALID);
   // No regions: valid, nothing written.
-  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), decreasing.data(), 0, 0.0f,
-                                 nullptr, nullptr),
+  EXPECT_EQ(ops()->count_regions(ops(), x.data(), x.size(), decreasing.data(),
+                                 0, 0.0f, nullptr, nullptr),
             PGS_OK);
 }
 
@@ -648,10 +647,10 @@ TEST(OpsCpuSelectPairs, MatchesLoopAndFiltersInPlace) {
       std::vector<int32_t> io(idx.size(), -1);
       std::vector<float> vo(idx.size(), -1.0f);
       int64_t count = -1;
-      ASSERT_EQ(ops()->select_pairs(ops(), idx.data(), val.data(), idx.size(),
-                                    thr, quota, io.data(), vo.data(),
-                                    io.size(), &count),
-                PGS_OK);
+      ASSERT_EQ(
+          ops()->select_pairs(ops(), idx.data(), val.data(), idx.size(), thr,
+                              quota, io.data(), vo.data(), io.size(), &count),
+          PGS_OK);
       ASSERT_EQ(count, static_cast<int64_t>(want.idx.size()));
       io.resize(count);
       vo.resize(count);
@@ -660,10 +659,10 @@ TEST(OpsCpuSelectPairs, MatchesLoopAndFiltersInPlace) {
       // In place: output aliases input.
       std::vector<int32_t> ii = idx;
       std::vector<float> vv = val;
-      ASSERT_EQ(ops()->select_pairs(ops(), ii.data(), vv.data(), ii.size(),
-                                    thr, quota, ii.data(), vv.data(),
-                                    ii.size(), &count),
-                PGS_OK);
+      ASSERT_EQ(
+          ops()->select_pairs(ops(), ii.data(), vv.data(), ii.size(), thr,
+                              quota, ii.data(), vv.data(), ii.size(), &count),
+          PGS_OK);
       ii.resize(count);
       vv.resize(count);
       EXPECT_EQ(ii, want.idx);
@@ -709,13 +708,13 @@ TEST(OpsCpuIndexOps, GatherZeroAtScatterAddMatchLoops) {
   std::mt19937_64 gen(24);
   std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(n) - 1);
   std::vector<int32_t> idx(3000);
-  for (auto& i : idx) i = d(gen);  // unsorted, with repeats
+  for (auto &i : idx) i = d(gen);  // unsorted, with repeats
   std::vector<float> val = normal(idx.size(), 25);
 
   std::vector<float> got(idx.size(), -1.0f);
-  ASSERT_EQ(ops()->gather(ops(), x.data(), n, idx.data(), idx.size(),
-                          got.data()),
-            PGS_OK);
+  ASSERT_EQ(
+      ops()->gather(ops(), x.data(), n, idx.data(), idx.size(), got.data()),
+      PGS_OK);
   for (size_t j = 0; j < idx.size(); ++j) EXPECT_EQ(got[j], x[idx[j]]);
 
   for (float scale : {1.0f, 0.25f, -3.0f}) {
@@ -732,8 +731,7 @@ TEST(OpsCpuIndexOps, GatherZeroAtScatterAddMatchLoops) {
 
   std::vector<float> want = x, y = x;
   for (int32_t i : idx) want[i] = 0.0f;
-  ASSERT_EQ(ops()->zero_at(ops(), y.data(), n, idx.data(), idx.size()),
-            PGS_OK);
+  ASSERT_EQ(ops()->zero_at(ops(), y.data(), n, idx.data(), idx.size()), PGS_OK);
   EXPECT_TRUE(same_bits(y, want));
 }
 
@@ -742,9 +740,9 @@ TEST(OpsCpuIndexOps, ScatterAddRepeatedIndexInOrder) {
   std::vector<float> x = {0.0f, 0.0f};
   std::vector<int32_t> idx = {1, 1, 1};
   std::vector<float> val = {1e8f, 1.0f, -1e8f};
-  ASSERT_EQ(ops()->scatter_add(ops(), x.data(), 2, idx.data(), val.data(), 3,
-                               1.0f),
-            PGS_OK);
+  ASSERT_EQ(
+      ops()->scatter_add(ops(), x.data(), 2, idx.data(), val.data(), 3, 1.0f),
+      PGS_OK);
   EXPECT_EQ(x[1], (1e8f + 1.0f) - 1e8f);
   EXPECT_EQ(x[0], 0.0f);
 }
@@ -765,9 +763,9 @@ TEST(OpsCpuIndexOps, BadIndexLeavesMemoryUntouched) {
               PGS_ERR_INDEX);
     EXPECT_TRUE(same_bits(x, x0));
     std::vector<float> out(idx.size(), -9.0f);
-    EXPECT_EQ(ops()->gather(ops(), x.data(), n, idx.data(), idx.size(),
-                            out.data()),
-              PGS_ERR_INDEX);
+    EXPECT_EQ(
+        ops()->gather(ops(), x.data(), n, idx.data(), idx.size(), out.data()),
+        PGS_ERR_INDEX);
     EXPECT_TRUE(same_bits(out, std::vector<float>(idx.size(), -9.0f)));
   }
   // Nothing can be indexed in an empty buffer.
@@ -787,8 +785,8 @@ TEST(OpsCpuZeroCommon, ZeroesIntersectionWithOffset) {
   for (int32_t offset : {0, 1000, -500}) {
     std::vector<int32_t> a = sorted_subset(3000, 15000, 28);
     std::vector<int32_t> b = sorted_subset(6000, 20000, 29);
-    if (offset < 0) a.erase(a.begin(), std::lower_bound(a.begin(), a.end(),
-                                                        -offset));
+    if (offset < 0)
+      a.erase(a.begin(), std::lower_bound(a.begin(), a.end(), -offset));
     std::set<int32_t> bs(b.begin(), b.end());
     std::vector<float> want = x0, x = x0;
     size_t hits = 0;
@@ -798,19 +796,18 @@ TEST(OpsCpuZeroCommon, ZeroesIntersectionWithOffset) {
         ++hits;
       }
     ASSERT_GT(hits, 0u);
-    ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), a.size(),
-                                 offset, b.data(), b.size()),
+    ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), a.size(), offset,
+                                 b.data(), b.size()),
               PGS_OK);
     EXPECT_TRUE(same_bits(x, want)) << "offset " << offset;
   }
   // Disjoint and empty lists change nothing.
   std::vector<int32_t> ev = {0, 2, 4}, od = {1, 3, 5};
   std::vector<float> x = x0;
-  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, ev.data(), 3, 0, od.data(),
-                               3),
-            PGS_OK);
-  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, nullptr, 0, 0, od.data(),
-                               3),
+  ASSERT_EQ(
+      ops()->zero_common(ops(), x.data(), n, ev.data(), 3, 0, od.data(), 3),
+      PGS_OK);
+  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, nullptr, 0, 0, od.data(), 3),
             PGS_OK);
   EXPECT_TRUE(same_bits(x, x0));
 }
@@ -861,8 +858,8 @@ TEST(OpsCpuZeroCommon, BadIndexLeavesMemoryUntouched) {
 TEST(OpsCpuMergePairs, MatchesStdMap) {
   for (uint64_t seed : {31u, 32u, 33u}) {
     std::vector<int32_t> ia = sorted_subset(4000, 10000, seed);
-    std::vector<int32_t> ib = sorted_subset(3000 * (seed - 30), 10000,
-                                            seed + 100);
+    std::vector<int32_t> ib =
+        sorted_subset(3000 * (seed - 30), 10000, seed + 100);
     std::vector<float> va = normal(ia.size(), seed + 1);
     std::vector<float> vb = normal(ib.size(), seed + 2);
     std::map<int32_t, float> want;
@@ -884,7 +881,7 @@ TEST(OpsCpuMergePairs, MatchesStdMap) {
               PGS_OK);
     ASSERT_EQ(count, static_cast<int64_t>(want.size()));
     size_t j = 0;
-    for (const auto& [i, v] : want) {
+    for (const auto &[i, v] : want) {
       EXPECT_EQ(io[j], i);
       EXPECT_EQ(bits_of(vo[j]), bits_of(v)) << "index " << i;
       ++j;
@@ -907,13 +904,13 @@ TEST(OpsCpuMergePairs, EmptyListsOverflowAndBadArguments) {
   EXPECT_EQ(vo, (std::vector<float>{1.0f, 10.0f, 22.0f, 3.0f, -7.0f, -7.0f,
                                     -7.0f, -7.0f}));
   // One side empty: a copy of the other.
-  EXPECT_EQ(ops()->merge_pairs(ops(), nullptr, nullptr, 0, ib.data(),
-                               vb.data(), 4, io.data(), vo.data(), 8, &count),
+  EXPECT_EQ(ops()->merge_pairs(ops(), nullptr, nullptr, 0, ib.data(), vb.data(),
+                               4, io.data(), vo.data(), 8, &count),
             PGS_OK);
   EXPECT_EQ(count, 4);
   EXPECT_EQ(std::vector<int32_t>(io.begin(), io.begin() + 4), ib);
-  EXPECT_EQ(ops()->merge_pairs(ops(), nullptr, nullptr, 0, nullptr, nullptr,
-                               0, nullptr, nullptr, 0, &count),
+  EXPECT_EQ(ops()->merge_pairs(ops(), nullptr, nullptr, 0, nullptr, nullptr, 0,
+                               nullptr, nullptr, 0, &count),
             PGS_OK);
   EXPECT_EQ(count, 0);
   EXPECT_EQ(ops()->merge_pairs(ops(), ia.data(), va.data(), 3, ib.data(),

@@ -19,19 +19,19 @@
 extern "C" {
 #endif
 
-#define PGS_ALGO_MAP(X)                                                       \
-  X(PGS_ALGO_DENSE, "dense")                                                  \
-  X(PGS_ALGO_TOPKA, "topka")                                                  \
-  X(PGS_ALGO_TOPKDSA, "topkdsa")                                              \
-  X(PGS_ALGO_GTOPK, "gtopk")                                                  \
-  X(PGS_ALGO_GAUSSIANK, "gaussiank")                                          \
+#define PGS_ALGO_MAP(X)              \
+  X(PGS_ALGO_DENSE, "dense")         \
+  X(PGS_ALGO_TOPKA, "topka")         \
+  X(PGS_ALGO_TOPKDSA, "topkdsa")     \
+  X(PGS_ALGO_GTOPK, "gtopk")         \
+  X(PGS_ALGO_GAUSSIANK, "gaussiank") \
   X(PGS_ALGO_OKTOPK, "oktopk")
 
 typedef enum pgs_algo_id {
 #define PGS_ALGO_ENUM_(id, name) id,
   PGS_ALGO_MAP(PGS_ALGO_ENUM_)
 #undef PGS_ALGO_ENUM_
-  PGS_ALGO_COUNT
+      PGS_ALGO_COUNT
 } pgs_algo_id_t;
 
 /** @return the algorithm's name ("oktopk"), or NULL for an unknown id. */
@@ -51,8 +51,8 @@ typedef struct pgs_config {
                              every rank with PGS_ERR_NONFINITE */
 } pgs_config_t;
 
-#define PGS_CONFIG_INIT                                                       \
-  {sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1}
+#define PGS_CONFIG_INIT \
+  { sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1 }
 
 /** Phases of a call, for per-phase words and times. */
 typedef enum pgs_phase {
@@ -65,16 +65,16 @@ typedef enum pgs_phase {
 /** What the last call did. Words are 4-byte units of the data plane (an
  *  index or a value); control traffic (counts, histograms) is in bytes. */
 typedef struct pgs_stats {
-  int64_t step;             /**< 0-based call counter of this bucket */
-  int dense;                /**< the call ran dense (warm-up or algo dense) */
-  int64_t n, k;             /**< bucket size and target count */
-  int64_t local_selected;   /**< entries this rank contributed */
-  int64_t global_selected;  /**< nonzero entries of the output */
-  int local_recomputed;     /**< exact local threshold this call */
-  int global_recomputed;    /**< exact global threshold this call */
-  int repartitioned;        /**< oktopk regions recomputed this call */
-  int64_t capped;           /**< local picks held back by volume caps */
-  int64_t trimmed;          /**< global picks held back by the volume cap */
+  int64_t step;            /**< 0-based call counter of this bucket */
+  int dense;               /**< the call ran dense (warm-up or algo dense) */
+  int64_t n, k;            /**< bucket size and target count */
+  int64_t local_selected;  /**< entries this rank contributed */
+  int64_t global_selected; /**< nonzero entries of the output */
+  int local_recomputed;    /**< exact local threshold this call */
+  int global_recomputed;   /**< exact global threshold this call */
+  int repartitioned;       /**< oktopk regions recomputed this call */
+  int64_t capped;          /**< local picks held back by volume caps */
+  int64_t trimmed;         /**< global picks held back by the volume cap */
   double local_threshold;
   double global_threshold;
   int64_t words_sent[PGS_PHASE_COUNT];

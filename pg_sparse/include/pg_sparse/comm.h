@@ -43,17 +43,16 @@ typedef struct pgs_comm_vtable {
   int (*exchange_wait)(void *impl, int slot);
   /** Gather variable-size byte blocks from every rank, in rank order.
    *  @p recv_bytes and @p displs are host arrays of size ranks. */
-  int (*allgatherv)(void *impl, const void *send, size_t send_bytes,
-                    void *recv, const size_t *recv_bytes,
-                    const size_t *displs);
+  int (*allgatherv)(void *impl, const void *send, size_t send_bytes, void *recv,
+                    const size_t *recv_bytes, const size_t *displs);
   /** In-place allreduce of a data buffer. */
   int (*allreduce)(void *impl, void *buf, size_t count, pgs_dtype_t dtype,
                    pgs_redop_t op);
   /** Broadcast a data buffer from @p root. */
   int (*bcast)(void *impl, void *buf, size_t bytes, int root);
   /** In-place allreduce of a small host array. */
-  int (*allreduce_host)(void *impl, void *buf, size_t count,
-                        pgs_dtype_t dtype, pgs_redop_t op);
+  int (*allreduce_host)(void *impl, void *buf, size_t count, pgs_dtype_t dtype,
+                        pgs_redop_t op);
   /** Alltoall of one int64 per rank, host arrays of size ranks. */
   int (*alltoall_host)(void *impl, const int64_t *send, int64_t *recv);
   /** Allgather of @p count int64 per rank into @p recv (count * ranks). */
@@ -114,8 +113,8 @@ int pgs_comm_allreduce_host(pgs_comm_t *comm, void *buf, size_t count,
                             pgs_dtype_t dtype, pgs_redop_t op);
 int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
                            int64_t *recv);
-int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send,
-                            size_t count, int64_t *recv);
+int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
+                            int64_t *recv);
 int pgs_comm_barrier(pgs_comm_t *comm);
 
 #ifdef __cplusplus

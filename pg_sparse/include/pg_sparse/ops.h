@@ -62,8 +62,8 @@ struct pgs_ops {
   int (*count_nonfinite)(const pgs_ops_t *ops, const float *x, size_t n,
                          int64_t *count);
   /** Mean and population standard deviation of x (0, 0 when n == 0). */
-  int (*mean_std)(const pgs_ops_t *ops, const float *x, size_t n,
-                  double *mean, double *std);
+  int (*mean_std)(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
+                  double *std);
 
   /** For each region j < nreg, [bounds_host[j], bounds_host[j+1]) of x:
    *  n_gt_host[j] = #{|x| > thr, x != 0}, n_eq_host[j] = #{|x| == thr, x != 0}.
@@ -86,8 +86,8 @@ struct pgs_ops {
    *  Writes idx[j] = i + idx_offset and val[j] = x[i], j < cap; *count_host
    *  receives the number selected. */
   int (*compact)(const pgs_ops_t *ops, const float *x, size_t n, float thr,
-                 int64_t eq_quota, int32_t idx_offset, int32_t *idx,
-                 float *val, size_t cap, int64_t *count_host);
+                 int64_t eq_quota, int32_t idx_offset, int32_t *idx, float *val,
+                 size_t cap, int64_t *count_host);
   /** The same selection applied to a list of pairs (order kept). Output may
    *  alias input. */
   int (*select_pairs)(const pgs_ops_t *ops, const int32_t *idx,
@@ -107,9 +107,8 @@ struct pgs_ops {
   /** Zero x at the indices in both sorted lists: x[a[i] + a_offset] = 0 when
    *  a[i] + a_offset occurs in b. a and b ascending; results validated
    *  against n. */
-  int (*zero_common)(const pgs_ops_t *ops, float *x, size_t n,
-                     const int32_t *a, size_t na, int32_t a_offset,
-                     const int32_t *b, size_t nb);
+  int (*zero_common)(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
+                     size_t na, int32_t a_offset, const int32_t *b, size_t nb);
   /** Sorted union of two ascending pair lists, values added where an index
    *  occurs in both. Writes at most @p cap pairs; *count_host = union size. */
   int (*merge_pairs)(const pgs_ops_t *ops, const int32_t *ia, const float *va,

@@ -10,18 +10,18 @@
 extern "C" {
 #endif
 
-#define PGS_STATUS_MAP(X)                                                     \
-  X(PGS_OK, 0, "success")                                                     \
-  X(PGS_ERR_INVALID, -1, "invalid argument")                                  \
-  X(PGS_ERR_NO_MEMORY, -2, "out of memory")                                   \
-  X(PGS_ERR_UNSUPPORTED, -3, "unsupported configuration")                     \
-  X(PGS_ERR_COMM, -4, "transport error")                                      \
-  X(PGS_ERR_MISMATCH, -5, "ranks disagree (bucket size or configuration)")    \
-  X(PGS_ERR_NONFINITE, -6, "NaN or Inf in the bucket")                        \
-  X(PGS_ERR_INDEX, -7, "index out of range in a received message")            \
-  X(PGS_ERR_OVERFLOW, -8, "output buffer too small")                          \
-  X(PGS_ERR_DEVICE, -9, "device (CUDA) error")                                \
-  X(PGS_ERR_TIMEOUT, -10, "operation timed out")                              \
+#define PGS_STATUS_MAP(X)                                                  \
+  X(PGS_OK, 0, "success")                                                  \
+  X(PGS_ERR_INVALID, -1, "invalid argument")                               \
+  X(PGS_ERR_NO_MEMORY, -2, "out of memory")                                \
+  X(PGS_ERR_UNSUPPORTED, -3, "unsupported configuration")                  \
+  X(PGS_ERR_COMM, -4, "transport error")                                   \
+  X(PGS_ERR_MISMATCH, -5, "ranks disagree (bucket size or configuration)") \
+  X(PGS_ERR_NONFINITE, -6, "NaN or Inf in the bucket")                     \
+  X(PGS_ERR_INDEX, -7, "index out of range in a received message")         \
+  X(PGS_ERR_OVERFLOW, -8, "output buffer too small")                       \
+  X(PGS_ERR_DEVICE, -9, "device (CUDA) error")                             \
+  X(PGS_ERR_TIMEOUT, -10, "operation timed out")                           \
   X(PGS_ERR_BUSY, -11, "object still in use")
 
 typedef enum pgs_status {

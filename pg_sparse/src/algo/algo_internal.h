@@ -39,8 +39,8 @@ struct pgs_bucket {
   double phase_t0;
   pgs_comm_counters_t phase_c0;
   /* scratch shared by the helpers in sparse.c, reused across calls */
-  pgs_buf_t pairs;     /* this rank's selection, [idx | val] blocks */
-  pgs_buf_t recv;      /* received pairs */
+  pgs_buf_t pairs;      /* this rank's selection, [idx | val] blocks */
+  pgs_buf_t recv;       /* received pairs */
   int64_t *host_counts; /* 4 * size int64 */
   size_t *host_bytes;   /* 2 * size size_t: allgatherv sizes and displs */
 };
@@ -71,7 +71,9 @@ int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out);
 /** Offsets of the two halves of a pairs block of @p m entries at @p base:
  *  int32 indices first, fp32 values after them, one contiguous buffer so a
  *  block travels as one message. */
-static inline int32_t *pgs_block_idx(void *base) { return (int32_t *)base; }
+static inline int32_t *pgs_block_idx(void *base) {
+  return (int32_t *)base;
+}
 static inline float *pgs_block_val(void *base, int64_t m) {
   return (float *)((int32_t *)base + m);
 }

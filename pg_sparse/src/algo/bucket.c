@@ -119,7 +119,9 @@ void pgs_bucket_destroy(pgs_bucket_t *b) {
   free(b);
 }
 
-size_t pgs_bucket_size(const pgs_bucket_t *b) { return b == NULL ? 0 : b->n; }
+size_t pgs_bucket_size(const pgs_bucket_t *b) {
+  return b == NULL ? 0 : b->n;
+}
 
 void pgs_bucket_stats(const pgs_bucket_t *b, pgs_stats_t *out) {
   if (b != NULL && out != NULL) *out = b->stats;
@@ -146,8 +148,10 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
   if (b->phase < PGS_PHASE_COUNT) {
     pgs_stats_t *s = &b->stats;
     /* Data bytes are whole 4-byte words: every payload is int32 or fp32. */
-    s->words_sent[b->phase] += (int64_t)((c.data_sent - b->phase_c0.data_sent) / 4);
-    s->words_recv[b->phase] += (int64_t)((c.data_recv - b->phase_c0.data_recv) / 4);
+    s->words_sent[b->phase] +=
+        (int64_t)((c.data_sent - b->phase_c0.data_sent) / 4);
+    s->words_recv[b->phase] +=
+        (int64_t)((c.data_recv - b->phase_c0.data_recv) / 4);
     s->ctrl_bytes_sent += (int64_t)(c.ctrl_sent - b->phase_c0.ctrl_sent);
     s->ctrl_bytes_recv += (int64_t)(c.ctrl_recv - b->phase_c0.ctrl_recv);
     s->time_s[b->phase] += now - b->phase_t0;
@@ -174,17 +178,17 @@ static int check_collective(pgs_bucket_t *b, const float *grad) {
     int st = b->ops->count_nonfinite(b->ops, grad, b->n, &nonfinite);
     if (st != PGS_OK) return st;
   }
-  const int64_t mine[CHECK_FIELDS] = {
-      (int64_t)b->n, b->k, (int64_t)b->cfg.algo, b->cfg.warmup_steps,
-      b->cfg.tau, b->cfg.tau_prime};
+  const int64_t mine[CHECK_FIELDS] = {(int64_t)b->n,        b->k,
+                                      (int64_t)b->cfg.algo, b->cfg.warmup_steps,
+                                      b->cfg.tau,           b->cfg.tau_prime};
   int64_t v[2 * CHECK_FIELDS + 1];
   for (int i = 0; i < CHECK_FIELDS; ++i) {
     v[2 * i] = mine[i];
     v[2 * i + 1] = -mine[i];
   }
   v[2 * CHECK_FIELDS] = nonfinite > 0 ? 1 : 0;
-  int st = pgs_comm_allreduce_host(b->comm, v, 2 * CHECK_FIELDS + 1,
-                                   PGS_INT64, PGS_MAX);
+  int st = pgs_comm_allreduce_host(b->comm, v, 2 * CHECK_FIELDS + 1, PGS_INT64,
+                                   PGS_MAX);
   if (st != PGS_OK) return st;
   for (int i = 0; i < CHECK_FIELDS; ++i)
     if (v[2 * i] != -v[2 * i + 1]) return PGS_ERR_MISMATCH;

@@ -14,7 +14,8 @@ enum { GAUSSIANK_CORRECTIONS = 4 };
 static int count_at(pgs_bucket_t *b, float thr, int64_t *count) {
   const int64_t bounds[2] = {0, (int64_t)b->n};
   int64_t gt = 0, eq = 0;
-  int st = b->ops->count_regions(b->ops, b->resid, b->n, bounds, 1, thr, &gt, &eq);
+  int st =
+      b->ops->count_regions(b->ops, b->resid, b->n, bounds, 1, thr, &gt, &eq);
   *count = gt + eq;
   return st;
 }
@@ -72,8 +73,8 @@ static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
   int64_t got = 0;
   st = ops->compact(ops, b->resid, b->n, thr, quota, 0,
-                    pgs_block_idx(b->pairs.ptr),
-                    pgs_block_val(b->pairs.ptr, m), (size_t)m, &got);
+                    pgs_block_idx(b->pairs.ptr), pgs_block_val(b->pairs.ptr, m),
+                    (size_t)m, &got);
   if (st != PGS_OK) return st;
   if (got != m) return PGS_ERR_INVALID;
   b->stats.local_selected = m;

@@ -12,8 +12,8 @@
 #include "algo/algo_internal.h"
 
 typedef struct gtopk_state {
-  pgs_buf_t cur;   /* current candidate block [idx | val] */
-  pgs_buf_t peer;  /* partner's block */
+  pgs_buf_t cur;  /* current candidate block [idx | val] */
+  pgs_buf_t peer; /* partner's block */
   pgs_buf_t merged;
   pgs_buf_t vals;  /* accumulator at G, allreduced */
   int64_t *counts; /* P, host: alltoall of block sizes */
@@ -72,11 +72,10 @@ static int merge_select(pgs_bucket_t *b, gtopk_state_t *s, int64_t *m,
   /* Separate idx/val halves of capacity cap; repacked into cur below. */
   int32_t *mi = s->merged.ptr;
   float *mv = (float *)(mi + cap);
-  st = ops->merge_pairs(ops, pgs_block_idx(s->cur.ptr),
-                        pgs_block_val(s->cur.ptr, *m), (size_t)*m,
-                        pgs_block_idx(s->peer.ptr),
-                        pgs_block_val(s->peer.ptr, got), (size_t)got, mi, mv,
-                        (size_t)cap, &u);
+  st = ops->merge_pairs(
+      ops, pgs_block_idx(s->cur.ptr), pgs_block_val(s->cur.ptr, *m), (size_t)*m,
+      pgs_block_idx(s->peer.ptr), pgs_block_val(s->peer.ptr, got), (size_t)got,
+      mi, mv, (size_t)cap, &u);
   if (st != PGS_OK) return st;
   int64_t keep = u < b->k ? u : b->k;
   float thr = 0.0f;
@@ -91,8 +90,8 @@ static int merge_select(pgs_bucket_t *b, gtopk_state_t *s, int64_t *m,
   int32_t *ci = pgs_block_idx(s->cur.ptr);
   /* Indices first into cur, values after the final count: select twice
    * would cost a pass, so select into merged in place, then pack. */
-  st = ops->select_pairs(ops, mi, mv, (size_t)u, thr, quota, mi, mv,
-                         (size_t)u, &kept);
+  st = ops->select_pairs(ops, mi, mv, (size_t)u, thr, quota, mi, mv, (size_t)u,
+                         &kept);
   if (st != PGS_OK) return st;
   st = ops->copy(ops, ci, mi, (size_t)kept * 4, PGS_COPY_SAME);
   if (st == PGS_OK)
@@ -138,8 +137,8 @@ static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
   int64_t m = 0;
   float thr = 0.0f;
-  st = pgs_select_topk(b, b->resid, b->n, b->k, 0, s->cur.ptr, (size_t)b->k,
-                       &m, &thr);
+  st = pgs_select_topk(b, b->resid, b->n, b->k, 0, s->cur.ptr, (size_t)b->k, &m,
+                       &thr);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
   b->stats.local_recomputed = 1;

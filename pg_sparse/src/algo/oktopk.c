@@ -14,7 +14,7 @@ static void oktopk_fini(pgs_bucket_t *b) {
   oktopk_state_t *s = b->algo_state;
   if (s == NULL) return;
   pgs_split_fini(&s->split, b->ops);
-  pgs_buf_t *bufs[] = {&s->tmp, &s->gidx, &s->gval, &s->bidx,
+  pgs_buf_t *bufs[] = {&s->tmp,  &s->gidx, &s->gval, &s->bidx,
                        &s->bval, &s->aidx, &s->aval};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i)
     pgs_buf_release(b->ops, bufs[i]);
@@ -39,7 +39,8 @@ static int oktopk_init(pgs_bucket_t *b) {
   s->cuts = calloc(P, sizeof(int64_t));
   s->hist = calloc(PGS_HIST_BINS, sizeof(int64_t));
   s->msgs = calloc(4 * P, sizeof(pgs_msg_t));
-  if (!s->info || !s->held || !s->cuts || !s->hist || !s->msgs) return PGS_ERR_NO_MEMORY;
+  if (!s->info || !s->held || !s->cuts || !s->hist || !s->msgs)
+    return PGS_ERR_NO_MEMORY;
   return pgs_split_init(&s->split, b->rank, b->size);
 }
 
@@ -59,8 +60,8 @@ static int repartition(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   if (st != PGS_OK) return st;
   int32_t *idx = s->tmp.ptr;
   int64_t got = 0;
-  st = ops->compact(ops, b->resid, b->n, thr, quota, 0, idx,
-                    (float *)(idx + m), (size_t)m, &got);
+  st = ops->compact(ops, b->resid, b->n, thr, quota, 0, idx, (float *)(idx + m),
+                    (size_t)m, &got);
   if (st != PGS_OK) return st;
   for (int j = 1; j < P; ++j) {
     int32_t cut = (int32_t)(n * j / P); /* no picks: equal regions */
@@ -70,8 +71,8 @@ static int repartition(pgs_bucket_t *b, oktopk_state_t *s, float thr,
     }
     s->cuts[j - 1] = cut;
   }
-  st = pgs_comm_allreduce_host(b->comm, s->cuts, (size_t)(P - 1 > 0 ? P - 1 : 0),
-                               PGS_INT64, PGS_SUM);
+  st = pgs_comm_allreduce_host(
+      b->comm, s->cuts, (size_t)(P - 1 > 0 ? P - 1 : 0), PGS_INT64, PGS_SUM);
   if (st != PGS_OK) return st;
   int64_t *bounds = s->split.bounds;
   bounds[0] = 0;

@@ -32,8 +32,8 @@ static int global_kth(pgs_bucket_t *b, oktopk_state_t *s, float *thr) {
   for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
     memset(s->hist, 0, PGS_HIST_BINS * sizeof(int64_t));
     int st = b->ops->hist_abs(b->ops, sp->red.ptr,
-                              (size_t)pgs_split_len(sp, b->rank), level,
-                              prefix, s->hist);
+                              (size_t)pgs_split_len(sp, b->rank), level, prefix,
+                              s->hist);
     if (st == PGS_OK)
       st = pgs_comm_allreduce_host(b->comm, s->hist, PGS_HIST_BINS, PGS_INT64,
                                    PGS_SUM);
@@ -58,8 +58,8 @@ static int count_and_share(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   const pgs_split_t *sp = &s->split;
   const int64_t bounds[2] = {0, pgs_split_len(sp, b->rank)};
   int64_t gt = 0, eq = 0;
-  int st = b->ops->count_regions(b->ops, sp->red.ptr,
-                                 (size_t)bounds[1], bounds, 1, thr, &gt, &eq);
+  int st = b->ops->count_regions(b->ops, sp->red.ptr, (size_t)bounds[1], bounds,
+                                 1, thr, &gt, &eq);
   if (st != PGS_OK) return st;
   const int64_t mine[3] = {gt + eq, sp->sent_words, sp->recv_words};
   st = pgs_comm_allgather_host(b->comm, mine, 3, s->info);
@@ -69,8 +69,12 @@ static int count_and_share(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   return PGS_OK;
 }
 
-static int64_t min64(int64_t a, int64_t c) { return a < c ? a : c; }
-static int64_t max64(int64_t a, int64_t c) { return a > c ? a : c; }
+static int64_t min64(int64_t a, int64_t c) {
+  return a < c ? a : c;
+}
+static int64_t max64(int64_t a, int64_t c) {
+  return a > c ? a : c;
+}
 
 /* Balanced share of rank j out of T picks: the first T mod P take one more. */
 static int64_t share(int64_t T, int P, int j) {
@@ -113,7 +117,10 @@ static int64_t volume_cap(const pgs_bucket_t *b, const oktopk_state_t *s) {
   int64_t lo = 0; /* fits(lo) holds, fits(hi) does not */
   while (hi - lo > 1) {
     int64_t mid = lo + (hi - lo) / 2;
-    if (fits(b, s, mid)) lo = mid; else hi = mid;
+    if (fits(b, s, mid))
+      lo = mid;
+    else
+      hi = mid;
   }
   return lo;
 }

@@ -59,9 +59,9 @@ static int cap_region(pgs_bucket_t *b, pgs_split_t *s, const float *x, int j,
   s->m[j] = cap;
   if (cap == 0) return PGS_OK;
   int64_t n_gt = 0;
-  int st = b->ops->kth_abs(b->ops, x + s->bounds[j],
-                           (size_t)pgs_split_len(s, j), (size_t)cap,
-                           &s->rthr[j], &n_gt);
+  int st =
+      b->ops->kth_abs(b->ops, x + s->bounds[j], (size_t)pgs_split_len(s, j),
+                      (size_t)cap, &s->rthr[j], &n_gt);
   s->rquota[j] = cap - n_gt;
   return st;
 }
@@ -71,7 +71,8 @@ static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const float *x,
                         float thr, int64_t eq_quota, int64_t cap,
                         int64_t *capped) {
   const int P = s->size;
-  int st = b->ops->count_regions(b->ops, x, b->n, s->bounds, P, thr, s->gt, s->eq);
+  int st =
+      b->ops->count_regions(b->ops, x, b->n, s->bounds, P, thr, s->gt, s->eq);
   if (st != PGS_OK) return st;
   int64_t left = eq_quota;
   for (int j = 0; j < P; ++j) {
@@ -93,9 +94,9 @@ static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const float *x,
   return PGS_OK;
 }
 
-int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x,
-                     float thr, int64_t eq_quota, int64_t cap,
-                     int64_t *m_total, int64_t *capped) {
+int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x, float thr,
+                     int64_t eq_quota, int64_t cap, int64_t *m_total,
+                     int64_t *capped) {
   const pgs_ops_t *ops = b->ops;
   const int P = s->size;
   int st = plan_regions(b, s, x, thr, eq_quota, cap, capped);
@@ -162,8 +163,8 @@ static int post_batch(pgs_bucket_t *b, pgs_split_t *s, int first, int slot) {
       sends[ns++] = (pgs_msg_t){dst, block_at(&s->send, s->off, dst),
                                 (size_t)s->m[dst] * 8};
     if (s->rcnt[src] > 0)
-      recvs[nr++] = (pgs_msg_t){src, recv_block(s, t),
-                                (size_t)s->rcnt[src] * 8};
+      recvs[nr++] =
+          (pgs_msg_t){src, recv_block(s, t), (size_t)s->rcnt[src] * 8};
   }
   return pgs_comm_exchange_start(b->comm, sends, ns, recvs, nr, slot);
 }
@@ -208,9 +209,9 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
 int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x) {
   for (int j = 0; j < s->size; ++j) {
     if (s->m[j] == 0) continue;
-    int st = b->ops->zero_at(b->ops, x + s->bounds[j],
-                             (size_t)pgs_split_len(s, j),
-                             block_at(&s->send, s->off, j), (size_t)s->m[j]);
+    int st =
+        b->ops->zero_at(b->ops, x + s->bounds[j], (size_t)pgs_split_len(s, j),
+                        block_at(&s->send, s->off, j), (size_t)s->m[j]);
     if (st != PGS_OK) return st;
   }
   return PGS_OK;
@@ -221,8 +222,7 @@ int pgs_split_zero_common(pgs_bucket_t *b, pgs_split_t *s, float *x,
   if (ng == 0) return PGS_OK;
   for (int j = 0; j < s->size; ++j) {
     if (s->m[j] == 0) continue;
-    int st = b->ops->zero_common(b->ops, x, b->n,
-                                 block_at(&s->send, s->off, j),
+    int st = b->ops->zero_common(b->ops, x, b->n, block_at(&s->send, s->off, j),
                                  (size_t)s->m[j], (int32_t)s->bounds[j], g, ng);
     if (st != PGS_OK) return st;
   }

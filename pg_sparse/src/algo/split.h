@@ -13,7 +13,7 @@
 
 typedef struct pgs_split {
   int size, rank;
-  int64_t *bounds; /* P + 1, host */
+  int64_t *bounds;  /* P + 1, host */
   int64_t *gt, *eq; /* P, host: counts of the selection per region */
   int64_t *m;       /* P, host: pairs selected per region */
   float *rthr;      /* P, host: threshold used in each region */
@@ -44,9 +44,9 @@ static inline int64_t pgs_split_len(const pgs_split_t *s, int j) {
  *  for other ranks hold at most @p cap pairs (negative: no cap): the largest
  *  by |x| are kept and the rest count in *capped (they stay in the residual).
  *  *m_total receives the pairs selected. */
-int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x,
-                     float thr, int64_t eq_quota, int64_t cap,
-                     int64_t *m_total, int64_t *capped);
+int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x, float thr,
+                     int64_t eq_quota, int64_t cap, int64_t *m_total,
+                     int64_t *capped);
 
 /** Exchange the blocks and reduce this rank's region into s->red. */
 int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s);

@@ -11,8 +11,8 @@ static int topka_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
   int64_t m = 0;
   float thr = 0.0f;
-  st = pgs_select_topk(b, b->resid, b->n, b->k, 0, b->pairs.ptr,
-                       (size_t)b->k, &m, &thr);
+  st = pgs_select_topk(b, b->resid, b->n, b->k, 0, b->pairs.ptr, (size_t)b->k,
+                       &m, &thr);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
   b->stats.local_recomputed = 1;

@@ -34,8 +34,8 @@ static int gather_dense(pgs_bucket_t *b, pgs_split_t *sp, float *out) {
     bytes[j] = (size_t)pgs_split_len(sp, j) * 4;
     displs[j] = (size_t)sp->bounds[j] * 4;
   }
-  int st = pgs_comm_allgatherv(b->comm, sp->red.ptr, bytes[b->rank], out,
-                               bytes, displs);
+  int st = pgs_comm_allgatherv(b->comm, sp->red.ptr, bytes[b->rank], out, bytes,
+                               displs);
   if (st != PGS_OK) return st;
   return b->ops->scale(b->ops, out, b->n, 1.0f / (float)b->size);
 }
@@ -47,10 +47,10 @@ static int gather_sparse(pgs_bucket_t *b, pgs_split_t *sp, int64_t mine,
   int st = pgs_buf_reserve(ops, &b->pairs, (size_t)mine * 8);
   if (st != PGS_OK) return st;
   int64_t got = 0;
-  st = ops->compact(ops, sp->red.ptr, (size_t)pgs_split_len(sp, b->rank),
-                    0.0f, 0, (int32_t)sp->bounds[b->rank],
-                    pgs_block_idx(b->pairs.ptr),
-                    pgs_block_val(b->pairs.ptr, mine), (size_t)mine, &got);
+  st =
+      ops->compact(ops, sp->red.ptr, (size_t)pgs_split_len(sp, b->rank), 0.0f,
+                   0, (int32_t)sp->bounds[b->rank], pgs_block_idx(b->pairs.ptr),
+                   pgs_block_val(b->pairs.ptr, mine), (size_t)mine, &got);
   if (st != PGS_OK) return st;
   if (got != mine) return PGS_ERR_INVALID;
   int64_t total = 0;
@@ -68,8 +68,8 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   int64_t n_gt = 0, m = 0, capped = 0;
   st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
   if (st != PGS_OK) return st;
-  st = pgs_split_select(b, sp, b->resid, thr, thr > 0.0f ? b->k - n_gt : 0,
-                        -1, &m, &capped);
+  st = pgs_split_select(b, sp, b->resid, thr, thr > 0.0f ? b->k - n_gt : 0, -1,
+                        &m, &capped);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
   b->stats.local_recomputed = 1;
@@ -82,16 +82,15 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   pgs_phase_enter(b, PGS_PHASE_GATHER);
   const int64_t zero_bounds[2] = {0, pgs_split_len(sp, b->rank)};
   int64_t mine = 0, eq = 0;
-  st = b->ops->count_regions(b->ops, sp->red.ptr,
-                             (size_t)zero_bounds[1], zero_bounds, 1, 0.0f, &mine,
-                             &eq);
+  st = b->ops->count_regions(b->ops, sp->red.ptr, (size_t)zero_bounds[1],
+                             zero_bounds, 1, 0.0f, &mine, &eq);
   if (st != PGS_OK) return st;
   int64_t uni = mine;
   st = pgs_comm_allreduce_host(b->comm, &uni, 1, PGS_INT64, PGS_SUM);
   if (st != PGS_OK) return st;
   b->stats.global_selected = uni;
   st = 3 * uni > (int64_t)b->n ? gather_dense(b, sp, out)
-                                : gather_sparse(b, sp, mine, out);
+                               : gather_sparse(b, sp, mine, out);
   if (st != PGS_OK) return st;
   return pgs_split_zero_selected(b, sp, b->resid);
 }

@@ -28,14 +28,10 @@ static int pgs_comm_check_reduce(const void *buf, size_t count,
                                  pgs_dtype_t dtype, pgs_redop_t op,
                                  size_t *bytes) {
   const size_t esize = pgs_dtype_size(dtype);
-  if (esize == 0)
-    return PGS_ERR_INVALID;
-  if (op != PGS_SUM && op != PGS_MAX && op != PGS_MIN)
-    return PGS_ERR_INVALID;
-  if (count > SIZE_MAX / esize)
-    return PGS_ERR_INVALID;
-  if (count > 0 && buf == NULL)
-    return PGS_ERR_INVALID;
+  if (esize == 0) return PGS_ERR_INVALID;
+  if (op != PGS_SUM && op != PGS_MAX && op != PGS_MIN) return PGS_ERR_INVALID;
+  if (count > SIZE_MAX / esize) return PGS_ERR_INVALID;
+  if (count > 0 && buf == NULL) return PGS_ERR_INVALID;
   *bytes = count * esize;
   return PGS_OK;
 }
@@ -43,8 +39,7 @@ static int pgs_comm_check_reduce(const void *buf, size_t count,
 /* Checks one side of an exchange batch and adds its bytes to @p total. */
 static int pgs_comm_check_msgs(const pgs_comm_t *comm, const pgs_msg_t *msgs,
                                int n, uint64_t *total) {
-  if (n < 0 || (n > 0 && msgs == NULL))
-    return PGS_ERR_INVALID;
+  if (n < 0 || (n > 0 && msgs == NULL)) return PGS_ERR_INVALID;
   uint64_t sum = 0;
   for (int i = 0; i < n; ++i) {
     const pgs_msg_t *m = &msgs[i];
@@ -52,8 +47,7 @@ static int pgs_comm_check_msgs(const pgs_comm_t *comm, const pgs_msg_t *msgs,
      * transport is required to loop back, and counting it would be wrong. */
     if (m->peer < 0 || m->peer >= comm->size || m->peer == comm->rank)
       return PGS_ERR_INVALID;
-    if (m->bytes > 0 && m->buf == NULL)
-      return PGS_ERR_INVALID;
+    if (m->bytes > 0 && m->buf == NULL) return PGS_ERR_INVALID;
     sum += (uint64_t)m->bytes;
   }
   *total = sum;
@@ -67,10 +61,8 @@ int pgs_comm_create(const pgs_comm_vtable_t *vtable, void *impl, int rank,
 
   /* Without a vtable there is no destroy to hand impl back to; the caller
    * keeps it. */
-  if (vtable == NULL)
-    return PGS_ERR_INVALID;
-  if (out == NULL)
-    goto fail_args;
+  if (vtable == NULL) return PGS_ERR_INVALID;
+  if (out == NULL) goto fail_args;
   *out = NULL;
   if (vtable->exchange_start == NULL || vtable->exchange_wait == NULL ||
       vtable->allgatherv == NULL || vtable->allreduce == NULL ||
@@ -78,10 +70,8 @@ int pgs_comm_create(const pgs_comm_vtable_t *vtable, void *impl, int rank,
       vtable->alltoall_host == NULL || vtable->allgather_host == NULL ||
       vtable->barrier == NULL)
     goto fail_args;
-  if (size < 1 || rank < 0 || rank >= size)
-    goto fail_args;
-  if (mem != PGS_MEM_HOST && mem != PGS_MEM_DEVICE)
-    goto fail_args;
+  if (size < 1 || rank < 0 || rank >= size) goto fail_args;
+  if (mem != PGS_MEM_HOST && mem != PGS_MEM_DEVICE) goto fail_args;
 
   comm = calloc(1, sizeof(*comm));
   if (comm == NULL) {
@@ -100,16 +90,13 @@ fail_alloc:
 fail_args:
   /* The header promises ownership of impl from the call on, failure
    * included, so a caller never has to guess whether to free it. */
-  if (vtable->destroy != NULL)
-    vtable->destroy(impl);
+  if (vtable->destroy != NULL) vtable->destroy(impl);
   return status;
 }
 
 void pgs_comm_destroy(pgs_comm_t *comm) {
-  if (comm == NULL)
-    return;
-  if (comm->vt.destroy != NULL)
-    comm->vt.destroy(comm->impl);
+  if (comm == NULL) return;
+  if (comm->vt.destroy != NULL) comm->vt.destroy(comm->impl);
   free(comm);
 }
 
@@ -129,8 +116,7 @@ pgs_mem_t pgs_comm_mem(const pgs_comm_t *comm) {
 }
 
 void pgs_comm_get_counters(const pgs_comm_t *comm, pgs_comm_counters_t *out) {
-  if (out == NULL)
-    return;
+  if (out == NULL) return;
   if (comm == NULL) {
     const pgs_comm_counters_t zero = {0, 0, 0, 0};
     *out = zero;
@@ -146,18 +132,14 @@ int pgs_comm_exchange_start(pgs_comm_t *comm, const pgs_msg_t *sends,
     return PGS_ERR_INVALID;
   uint64_t sent = 0, recvd = 0;
   int status = pgs_comm_check_msgs(comm, sends, nsends, &sent);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   status = pgs_comm_check_msgs(comm, recvs, nrecvs, &recvd);
-  if (status != PGS_OK)
-    return status;
-  if (comm->slot_busy[slot])
-    return PGS_ERR_BUSY;
+  if (status != PGS_OK) return status;
+  if (comm->slot_busy[slot]) return PGS_ERR_BUSY;
 
-  status = comm->vt.exchange_start(comm->impl, sends, nsends, recvs, nrecvs,
-                                   slot);
-  if (status != PGS_OK)
-    return status;
+  status =
+      comm->vt.exchange_start(comm->impl, sends, nsends, recvs, nrecvs, slot);
+  if (status != PGS_OK) return status;
   /* Counted at start: exchange_wait() does not see the messages again. */
   comm->slot_busy[slot] = 1;
   comm->counters.data_sent += sent;
@@ -168,8 +150,7 @@ int pgs_comm_exchange_start(pgs_comm_t *comm, const pgs_msg_t *sends,
 int pgs_comm_exchange_wait(pgs_comm_t *comm, int slot) {
   if (comm == NULL || slot < 0 || slot >= PGS_COMM_SLOTS)
     return PGS_ERR_INVALID;
-  if (!comm->slot_busy[slot])
-    return PGS_ERR_INVALID;
+  if (!comm->slot_busy[slot]) return PGS_ERR_INVALID;
   /* The slot is free again even if the wait failed: the transport has
    * released (or abandoned) the batch, and a caller that recovers must be
    * able to post again. */
@@ -180,8 +161,7 @@ int pgs_comm_exchange_wait(pgs_comm_t *comm, int slot) {
 int pgs_comm_exchange(pgs_comm_t *comm, const pgs_msg_t *sends, int nsends,
                       const pgs_msg_t *recvs, int nrecvs) {
   int status = pgs_comm_exchange_start(comm, sends, nsends, recvs, nrecvs, 0);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   return pgs_comm_exchange_wait(comm, 0);
 }
 
@@ -190,22 +170,17 @@ int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
                         const size_t *displs) {
   if (comm == NULL || recv_bytes == NULL || displs == NULL)
     return PGS_ERR_INVALID;
-  if (send_bytes > 0 && send == NULL)
-    return PGS_ERR_INVALID;
+  if (send_bytes > 0 && send == NULL) return PGS_ERR_INVALID;
   /* Every rank describes the same layout, so our own entry must match what
    * we send; a mismatch would truncate on some peer. */
-  if (recv_bytes[comm->rank] != send_bytes)
-    return PGS_ERR_INVALID;
+  if (recv_bytes[comm->rank] != send_bytes) return PGS_ERR_INVALID;
   uint64_t total = 0;
-  for (int i = 0; i < comm->size; ++i)
-    total += (uint64_t)recv_bytes[i];
-  if (total > 0 && recv == NULL)
-    return PGS_ERR_INVALID;
+  for (int i = 0; i < comm->size; ++i) total += (uint64_t)recv_bytes[i];
+  if (total > 0 && recv == NULL) return PGS_ERR_INVALID;
 
   int status = comm->vt.allgatherv(comm->impl, send, send_bytes, recv,
                                    recv_bytes, displs);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   comm->counters.data_recv += total - (uint64_t)recv_bytes[comm->rank];
   comm->counters.data_sent += (uint64_t)send_bytes * (uint64_t)(comm->size - 1);
   return PGS_OK;
@@ -213,15 +188,12 @@ int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
 
 int pgs_comm_allreduce(pgs_comm_t *comm, void *buf, size_t count,
                        pgs_dtype_t dtype, pgs_redop_t op) {
-  if (comm == NULL)
-    return PGS_ERR_INVALID;
+  if (comm == NULL) return PGS_ERR_INVALID;
   size_t bytes = 0;
   int status = pgs_comm_check_reduce(buf, count, dtype, op, &bytes);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   status = comm->vt.allreduce(comm->impl, buf, count, dtype, op);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   const uint64_t ring = pgs_comm_ring_bytes(bytes, comm->size);
   comm->counters.data_sent += ring;
   comm->counters.data_recv += ring;
@@ -229,13 +201,10 @@ int pgs_comm_allreduce(pgs_comm_t *comm, void *buf, size_t count,
 }
 
 int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root) {
-  if (comm == NULL || root < 0 || root >= comm->size)
-    return PGS_ERR_INVALID;
-  if (bytes > 0 && buf == NULL)
-    return PGS_ERR_INVALID;
+  if (comm == NULL || root < 0 || root >= comm->size) return PGS_ERR_INVALID;
+  if (bytes > 0 && buf == NULL) return PGS_ERR_INVALID;
   int status = comm->vt.bcast(comm->impl, buf, bytes, root);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   /* With one rank nothing leaves the process. */
   if (comm->size > 1) {
     if (comm->rank == root)
@@ -248,15 +217,12 @@ int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root) {
 
 int pgs_comm_allreduce_host(pgs_comm_t *comm, void *buf, size_t count,
                             pgs_dtype_t dtype, pgs_redop_t op) {
-  if (comm == NULL)
-    return PGS_ERR_INVALID;
+  if (comm == NULL) return PGS_ERR_INVALID;
   size_t bytes = 0;
   int status = pgs_comm_check_reduce(buf, count, dtype, op, &bytes);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   status = comm->vt.allreduce_host(comm->impl, buf, count, dtype, op);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   const uint64_t ring = pgs_comm_ring_bytes(bytes, comm->size);
   comm->counters.ctrl_sent += ring;
   comm->counters.ctrl_recv += ring;
@@ -265,29 +231,24 @@ int pgs_comm_allreduce_host(pgs_comm_t *comm, void *buf, size_t count,
 
 int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
                            int64_t *recv) {
-  if (comm == NULL || send == NULL || recv == NULL)
-    return PGS_ERR_INVALID;
+  if (comm == NULL || send == NULL || recv == NULL) return PGS_ERR_INVALID;
   int status = comm->vt.alltoall_host(comm->impl, send, recv);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   const uint64_t bytes = sizeof(int64_t) * (uint64_t)(comm->size - 1);
   comm->counters.ctrl_sent += bytes;
   comm->counters.ctrl_recv += bytes;
   return PGS_OK;
 }
 
-int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send,
-                            size_t count, int64_t *recv) {
-  if (comm == NULL)
-    return PGS_ERR_INVALID;
-  if (count > 0 && (send == NULL || recv == NULL))
-    return PGS_ERR_INVALID;
+int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
+                            int64_t *recv) {
+  if (comm == NULL) return PGS_ERR_INVALID;
+  if (count > 0 && (send == NULL || recv == NULL)) return PGS_ERR_INVALID;
   /* recv holds count * size int64 values; that size must be addressable. */
   if (count > SIZE_MAX / sizeof(int64_t) / (size_t)comm->size)
     return PGS_ERR_INVALID;
   int status = comm->vt.allgather_host(comm->impl, send, count, recv);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   const uint64_t bytes =
       (uint64_t)count * sizeof(int64_t) * (uint64_t)(comm->size - 1);
   comm->counters.ctrl_sent += bytes;
@@ -296,7 +257,6 @@ int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send,
 }
 
 int pgs_comm_barrier(pgs_comm_t *comm) {
-  if (comm == NULL)
-    return PGS_ERR_INVALID;
+  if (comm == NULL) return PGS_ERR_INVALID;
   return comm->vt.barrier(comm->impl);
 }

@@ -34,8 +34,7 @@
 #define PGS_MPI_BCAST_CHUNK ((size_t)1 << 30)
 
 /* Logs the MPI error text and maps it: the single translation point. */
-static int pgs_mpi_error(int rc, const char *call, const char *file,
-                         int line) {
+static int pgs_mpi_error(int rc, const char *call, const char *file, int line) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
@@ -45,13 +44,13 @@ static int pgs_mpi_error(int rc, const char *call, const char *file,
   return PGS_ERR_COMM;
 }
 
-#define PGS_MPI_CHECK_GOTO(call, status, label)                               \
-  do {                                                                        \
-    int pgs_mpi_rc_ = (call);                                                 \
-    if (pgs_mpi_rc_ != MPI_SUCCESS) {                                         \
-      (status) = pgs_mpi_error(pgs_mpi_rc_, #call, __FILE__, __LINE__);       \
-      goto label;                                                             \
-    }                                                                         \
+#define PGS_MPI_CHECK_GOTO(call, status, label)                         \
+  do {                                                                  \
+    int pgs_mpi_rc_ = (call);                                           \
+    if (pgs_mpi_rc_ != MPI_SUCCESS) {                                   \
+      (status) = pgs_mpi_error(pgs_mpi_rc_, #call, __FILE__, __LINE__); \
+      goto label;                                                       \
+    }                                                                   \
   } while (0)
 
 /* Requests of one exchange slot. The receives are posted first, so the
@@ -98,8 +97,8 @@ static const pgs_mpi_op_entry_t pgs_mpi_ops[] = {
     [PGS_MIN] = {1, MPI_MIN},
 };
 
-static int pgs_mpi_lookup(pgs_dtype_t dtype, pgs_redop_t op,
-                          MPI_Datatype *type, MPI_Op *mop) {
+static int pgs_mpi_lookup(pgs_dtype_t dtype, pgs_redop_t op, MPI_Datatype *type,
+                          MPI_Op *mop) {
   const size_t d = (size_t)dtype, o = (size_t)op;
   if (d >= sizeof(pgs_mpi_dtypes) / sizeof(pgs_mpi_dtypes[0]) ||
       !pgs_mpi_dtypes[d].ok)
@@ -132,8 +131,8 @@ static int pgs_mpi_bytes_type(size_t bytes, int *count, MPI_Datatype *type) {
       MPI_Type_contiguous((int)PGS_MPI_LARGE_BLOCK, MPI_BYTE, &block), status,
       out);
   if (rem == 0) {
-    PGS_MPI_CHECK_GOTO(MPI_Type_contiguous((int)nblocks, block, &large),
-                       status, out);
+    PGS_MPI_CHECK_GOTO(MPI_Type_contiguous((int)nblocks, block, &large), status,
+                       out);
   } else {
     int lens[2] = {(int)nblocks, (int)rem};
     MPI_Aint disps[2] = {0, (MPI_Aint)(nblocks * PGS_MPI_LARGE_BLOCK)};
@@ -147,16 +146,13 @@ static int pgs_mpi_bytes_type(size_t bytes, int *count, MPI_Datatype *type) {
   large = MPI_DATATYPE_NULL;
 
 out:
-  if (large != MPI_DATATYPE_NULL)
-    MPI_Type_free(&large);
-  if (block != MPI_DATATYPE_NULL)
-    MPI_Type_free(&block);
+  if (large != MPI_DATATYPE_NULL) MPI_Type_free(&large);
+  if (block != MPI_DATATYPE_NULL) MPI_Type_free(&block);
   return status;
 }
 
 static void pgs_mpi_free_type(MPI_Datatype *type) {
-  if (*type != MPI_BYTE && *type != MPI_DATATYPE_NULL)
-    MPI_Type_free(type);
+  if (*type != MPI_BYTE && *type != MPI_DATATYPE_NULL) MPI_Type_free(type);
 }
 
 /* Gives up the requests of a batch that will not be waited for (a failed
@@ -166,10 +162,8 @@ static void pgs_mpi_free_type(MPI_Datatype *type) {
  * that already report one, or at teardown. */
 static void pgs_mpi_slot_abandon(pgs_mpi_slot_t *slot) {
   for (int i = 0; i < slot->nreqs; ++i) {
-    if (slot->reqs[i] == MPI_REQUEST_NULL)
-      continue;
-    if (i < slot->nrecvs)
-      (void)MPI_Cancel(&slot->reqs[i]);
+    if (slot->reqs[i] == MPI_REQUEST_NULL) continue;
+    if (i < slot->nrecvs) (void)MPI_Cancel(&slot->reqs[i]);
     (void)MPI_Request_free(&slot->reqs[i]);
   }
   slot->nreqs = 0;
@@ -179,13 +173,11 @@ static void pgs_mpi_slot_abandon(pgs_mpi_slot_t *slot) {
 /* Makes room for @p n requests. Only grows, so a batch no larger than any
  * before it allocates nothing. */
 static int pgs_mpi_slot_reserve(pgs_mpi_slot_t *slot, size_t n) {
-  if (n <= (size_t)slot->cap)
-    return PGS_OK;
+  if (n <= (size_t)slot->cap) return PGS_OK;
   if (n > (size_t)INT_MAX)
     return PGS_ERR_UNSUPPORTED; /* MPI_Waitall takes an int count */
   MPI_Request *reqs = realloc(slot->reqs, n * sizeof(*reqs));
-  if (reqs == NULL)
-    return PGS_ERR_NO_MEMORY;
+  if (reqs == NULL) return PGS_ERR_NO_MEMORY;
   slot->reqs = reqs;
   slot->cap = (int)n;
   return PGS_OK;
@@ -197,8 +189,7 @@ static int pgs_mpi_post(pgs_mpi_t *m, pgs_mpi_slot_t *slot,
   int count = 0;
   MPI_Datatype type = MPI_DATATYPE_NULL;
   int status = pgs_mpi_bytes_type(msg->bytes, &count, &type);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   MPI_Request *req = &slot->reqs[slot->nreqs];
   if (is_recv) {
     PGS_MPI_CHECK_GOTO(MPI_Irecv(msg->buf, count, type, msg->peer,
@@ -225,28 +216,22 @@ static int pgs_mpi_exchange_start(void *impl, const pgs_msg_t *sends,
   pgs_mpi_slot_t *slot = &m->slots[slot_id];
   /* A slot still holding requests was never waited for; posting over it
    * would leak them. The wrapper rejects this before we get here. */
-  if (slot->nreqs != 0)
-    return PGS_ERR_BUSY;
+  if (slot->nreqs != 0) return PGS_ERR_BUSY;
   int status = pgs_mpi_slot_reserve(slot, (size_t)nsends + (size_t)nrecvs);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
 
   /* Receives first, so that a peer's send finds its receive posted and
    * large messages need no unexpected-message buffering. */
   for (int i = 0; i < nrecvs; ++i) {
-    if (recvs[i].bytes == 0)
-      continue;
+    if (recvs[i].bytes == 0) continue;
     status = pgs_mpi_post(m, slot, &recvs[i], 1);
-    if (status != PGS_OK)
-      goto fail_post;
+    if (status != PGS_OK) goto fail_post;
     slot->nrecvs = slot->nreqs;
   }
   for (int i = 0; i < nsends; ++i) {
-    if (sends[i].bytes == 0)
-      continue;
+    if (sends[i].bytes == 0) continue;
     status = pgs_mpi_post(m, slot, &sends[i], 0);
-    if (status != PGS_OK)
-      goto fail_post;
+    if (status != PGS_OK) goto fail_post;
   }
   return PGS_OK;
 
@@ -257,8 +242,7 @@ fail_post:
 
 static int pgs_mpi_exchange_wait(void *impl, int slot_id) {
   pgs_mpi_t *m = impl;
-  if (slot_id < 0 || slot_id >= PGS_COMM_SLOTS)
-    return PGS_ERR_INVALID;
+  if (slot_id < 0 || slot_id >= PGS_COMM_SLOTS) return PGS_ERR_INVALID;
   pgs_mpi_slot_t *slot = &m->slots[slot_id];
   int status = PGS_OK;
   if (slot->nreqs > 0)
@@ -314,11 +298,10 @@ static int pgs_mpi_allgatherv(void *impl, const void *send, size_t send_bytes,
       m->counts[i] = (int)recv_bytes[i];
       m->displs[i] = (int)displs[i];
     }
-    PGS_MPI_CHECK_GOTO(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send,
-                                      (int)send_bytes, MPI_BYTE, recv,
-                                      m->counts, m->displs, MPI_BYTE,
-                                      m->comm),
-                       status, out);
+    PGS_MPI_CHECK_GOTO(
+        MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, (int)send_bytes,
+                       MPI_BYTE, recv, m->counts, m->displs, MPI_BYTE, m->comm),
+        status, out);
     return PGS_OK;
   }
 
@@ -328,11 +311,9 @@ static int pgs_mpi_allgatherv(void *impl, const void *send, size_t send_bytes,
   if (!in_place && send_bytes > 0)
     memcpy(rbuf + displs[m->rank], send, send_bytes);
   for (int i = 0; i < m->size; ++i) {
-    if (recv_bytes[i] == 0)
-      continue;
+    if (recv_bytes[i] == 0) continue;
     status = pgs_mpi_bcast_bytes(m, rbuf + displs[i], recv_bytes[i], i);
-    if (status != PGS_OK)
-      goto out;
+    if (status != PGS_OK) goto out;
   }
 
 out:
@@ -347,17 +328,15 @@ static int pgs_mpi_allreduce(void *impl, void *buf, size_t count,
   MPI_Datatype type;
   MPI_Op mop;
   int status = pgs_mpi_lookup(dtype, op, &type, &mop);
-  if (status != PGS_OK)
-    return status;
+  if (status != PGS_OK) return status;
   const size_t esize = pgs_dtype_size(dtype);
   char *p = buf;
   for (size_t off = 0; off < count; off += (size_t)INT_MAX) {
     const size_t n =
         count - off < (size_t)INT_MAX ? count - off : (size_t)INT_MAX;
-    PGS_MPI_CHECK_GOTO(
-        MPI_Allreduce(MPI_IN_PLACE, p + off * esize, (int)n, type, mop,
-                      m->comm),
-        status, out);
+    PGS_MPI_CHECK_GOTO(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, (int)n,
+                                     type, mop, m->comm),
+                       status, out);
   }
 out:
   return status;
@@ -365,8 +344,7 @@ out:
 
 static int pgs_mpi_bcast(void *impl, void *buf, size_t bytes, int root) {
   pgs_mpi_t *m = impl;
-  if (root < 0 || root >= m->size)
-    return PGS_ERR_INVALID;
+  if (root < 0 || root >= m->size) return PGS_ERR_INVALID;
   return pgs_mpi_bcast_bytes(m, buf, bytes, root);
 }
 
@@ -374,20 +352,19 @@ static int pgs_mpi_alltoall_host(void *impl, const int64_t *send,
                                  int64_t *recv) {
   pgs_mpi_t *m = impl;
   int status = PGS_OK;
-  PGS_MPI_CHECK_GOTO(MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T,
-                                  m->comm),
-                     status, out);
+  PGS_MPI_CHECK_GOTO(
+      MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, m->comm), status,
+      out);
 out:
   return status;
 }
 
-static int pgs_mpi_allgather_host(void *impl, const int64_t *send,
-                                  size_t count, int64_t *recv) {
+static int pgs_mpi_allgather_host(void *impl, const int64_t *send, size_t count,
+                                  int64_t *recv) {
   pgs_mpi_t *m = impl;
   /* The control plane carries counts and cut points, a few values per rank;
    * more than INT_MAX of them is a caller bug, not a size to support. */
-  if (count > (size_t)INT_MAX)
-    return PGS_ERR_UNSUPPORTED;
+  if (count > (size_t)INT_MAX) return PGS_ERR_UNSUPPORTED;
   int status = PGS_OK;
   PGS_MPI_CHECK_GOTO(MPI_Allgather(send, (int)count, MPI_INT64_T, recv,
                                    (int)count, MPI_INT64_T, m->comm),
@@ -406,20 +383,16 @@ out:
 
 static void pgs_mpi_destroy(void *impl) {
   pgs_mpi_t *m = impl;
-  if (m == NULL)
-    return;
+  if (m == NULL) return;
   /* After MPI_Finalize no MPI call is allowed, and the library already
    * released the communicator and its requests. */
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {
-    for (int i = 0; i < PGS_COMM_SLOTS; ++i)
-      pgs_mpi_slot_abandon(&m->slots[i]);
-    if (m->comm != MPI_COMM_NULL)
-      (void)MPI_Comm_free(&m->comm);
+    for (int i = 0; i < PGS_COMM_SLOTS; ++i) pgs_mpi_slot_abandon(&m->slots[i]);
+    if (m->comm != MPI_COMM_NULL) (void)MPI_Comm_free(&m->comm);
   }
-  for (int i = 0; i < PGS_COMM_SLOTS; ++i)
-    free(m->slots[i].reqs);
+  for (int i = 0; i < PGS_COMM_SLOTS; ++i) free(m->slots[i].reqs);
   free(m->counts);
   free(m->displs);
   free(m);
@@ -443,12 +416,10 @@ static const pgs_comm_vtable_t pgs_mpi_vtable = {
 static int pgs_mpi_alloc_arrays(pgs_mpi_t *m) {
   m->counts = malloc((size_t)m->size * sizeof(*m->counts));
   m->displs = malloc((size_t)m->size * sizeof(*m->displs));
-  if (m->counts == NULL || m->displs == NULL)
-    return PGS_ERR_NO_MEMORY;
+  if (m->counts == NULL || m->displs == NULL) return PGS_ERR_NO_MEMORY;
   for (int i = 0; i < PGS_COMM_SLOTS; ++i) {
     int status = pgs_mpi_slot_reserve(&m->slots[i], 2 * (size_t)m->size);
-    if (status != PGS_OK)
-      return status;
+    if (status != PGS_OK) return status;
   }
   return PGS_OK;
 }
@@ -460,15 +431,14 @@ static int pgs_mpi_alloc_arrays(pgs_mpi_t *m) {
 static int pgs_mpi_dup(MPI_Comm parent, MPI_Comm *dup) {
   int status = PGS_OK;
   MPI_Errhandler saved = MPI_ERRHANDLER_NULL;
-  PGS_MPI_CHECK_GOTO(MPI_Comm_get_errhandler(parent, &saved), status,
-                     fail_get);
-  PGS_MPI_CHECK_GOTO(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN),
-                     status, fail_set);
+  PGS_MPI_CHECK_GOTO(MPI_Comm_get_errhandler(parent, &saved), status, fail_get);
+  PGS_MPI_CHECK_GOTO(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN), status,
+                     fail_set);
   PGS_MPI_CHECK_GOTO(MPI_Comm_dup(parent, dup), status, fail_dup);
   /* The duplicate inherited ERRORS_RETURN; set it anyway, since that is what
    * every later call relies on. */
-  PGS_MPI_CHECK_GOTO(MPI_Comm_set_errhandler(*dup, MPI_ERRORS_RETURN),
-                     status, fail_dup_handler);
+  PGS_MPI_CHECK_GOTO(MPI_Comm_set_errhandler(*dup, MPI_ERRORS_RETURN), status,
+                     fail_dup_handler);
   (void)MPI_Comm_set_errhandler(parent, saved);
   (void)MPI_Errhandler_free(&saved);
   return PGS_OK;
@@ -485,18 +455,14 @@ fail_get:
 }
 
 int pgs_comm_mpi_create(MPI_Comm mpi_comm, pgs_comm_t **out) {
-  if (out == NULL)
-    return PGS_ERR_INVALID;
+  if (out == NULL) return PGS_ERR_INVALID;
   *out = NULL;
-  if (mpi_comm == MPI_COMM_NULL)
-    return PGS_ERR_INVALID;
+  if (mpi_comm == MPI_COMM_NULL) return PGS_ERR_INVALID;
   int flag = 0;
   MPI_Initialized(&flag);
-  if (!flag)
-    return PGS_ERR_INVALID;
+  if (!flag) return PGS_ERR_INVALID;
   MPI_Finalized(&flag);
-  if (flag)
-    return PGS_ERR_INVALID;
+  if (flag) return PGS_ERR_INVALID;
 
   MPI_Comm dup = MPI_COMM_NULL;
   pgs_comm_t *comm = NULL;
@@ -521,18 +487,16 @@ int pgs_comm_mpi_create(MPI_Comm mpi_comm, pgs_comm_t **out) {
     PGS_MPI_CHECK_GOTO(MPI_Comm_rank(dup, &m->rank), local, fail_local);
     PGS_MPI_CHECK_GOTO(MPI_Comm_size(dup, &m->size), local, fail_local);
     local = pgs_mpi_alloc_arrays(m);
-    if (local != PGS_OK)
-      goto fail_local;
+    if (local != PGS_OK) goto fail_local;
     /* m->comm stays MPI_COMM_NULL for now, so that if this fails and
      * destroys m, dup survives for the agreement. */
-    local = pgs_comm_create(&pgs_mpi_vtable, m, m->rank, m->size,
-                            PGS_MEM_HOST, &comm);
+    local = pgs_comm_create(&pgs_mpi_vtable, m, m->rank, m->size, PGS_MEM_HOST,
+                            &comm);
     handed_over = 1;
   }
 fail_local:
-  PGS_MPI_CHECK_GOTO(
-      MPI_Allreduce(&local, &agreed, 1, MPI_INT, MPI_MIN, dup), status,
-      fail_agree);
+  PGS_MPI_CHECK_GOTO(MPI_Allreduce(&local, &agreed, 1, MPI_INT, MPI_MIN, dup),
+                     status, fail_agree);
   if (agreed != PGS_OK) {
     /* Report our own error if we had one, else the one a peer had. */
     status = local != PGS_OK ? local : agreed;

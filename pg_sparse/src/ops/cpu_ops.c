@@ -207,8 +207,8 @@ static int cpu_zero_common(const pgs_ops_t *ops, float *x, size_t n,
 }
 
 /* One output pair of merge_pairs; written only below the capacity. */
-static void put_pair(int32_t *io, float *vo, size_t cap, size_t *c,
-                     int32_t i, float v) {
+static void put_pair(int32_t *io, float *vo, size_t cap, size_t *c, int32_t i,
+                     float v) {
   if (*c < cap) {
     io[*c] = i;
     vo[*c] = v;
@@ -271,4 +271,6 @@ static const pgs_ops_t cpu_ops = {
     .merge_pairs = cpu_merge_pairs,
 };
 
-const pgs_ops_t *pgs_ops_cpu(void) { return &cpu_ops; }
+const pgs_ops_t *pgs_ops_cpu(void) {
+  return &cpu_ops;
+}
