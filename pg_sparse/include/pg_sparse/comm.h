@@ -11,7 +11,22 @@
  *
  * Every call returns a pgs_status_t. The wrappers count bytes per plane with
  * the model documented at each function, so algorithms report the volume they
- * caused whatever the transport does underneath. */
+ * caused whatever the transport does underneath. Counters grow only when the
+ * transport call succeeds (an exchange counts at start).
+ *
+ * Rules every transport and caller keep:
+ *  - every call is collective in the sense that all ranks make the same
+ *    sequence of calls (exchange batches included) in the same order;
+ *  - messages between the same pair of ranks match in posting order, within
+ *    a batch and across the two slots; a transport may post at start or
+ *    delay the work until wait;
+ *  - starting a busy slot returns PGS_ERR_BUSY, waiting an idle one
+ *    PGS_ERR_INVALID;
+ *  - allgatherv: recv_bytes and displs are equal on every rank,
+ *    recv_bytes[rank] == send_bytes, blocks do not overlap, and send may be
+ *    the caller's own block of recv;
+ *  - a communicator has no lock: one thread at a time (the torch shim's
+ *    worker thread); MPI needs at least MPI_THREAD_SERIALIZED then. */
 #ifndef PG_SPARSE_COMM_H
 #define PG_SPARSE_COMM_H
 
@@ -64,7 +79,7 @@ typedef struct pgs_comm_vtable {
   void (*destroy)(void *impl);
 } pgs_comm_vtable_t;
 
-/** Bytes moved through one communicator since creation (or the last reset). */
+/** Bytes moved through one communicator since its creation. */
 typedef struct pgs_comm_counters {
   uint64_t data_sent;
   uint64_t data_recv;
@@ -76,12 +91,15 @@ typedef struct pgs_comm pgs_comm_t;
 
 /** Wrap a vtable into a communicator. The vtable is copied; @p impl is owned
  *  by the communicator from here on (its destroy runs on pgs_comm_destroy,
- *  also when this call fails). Every function pointer but destroy must be set.
+ *  also when this call fails; with a NULL @p vtable the caller keeps it).
+ *  Every function pointer but destroy must be set.
  *  This is the `ext` transport: an embedder supplies its own callbacks. */
 int pgs_comm_create(const pgs_comm_vtable_t *vtable, void *impl, int rank,
                     int size, pgs_mem_t mem, pgs_comm_t **out);
 
-/** Destroy a communicator and its transport state. NULL is a no-op. */
+/** Destroy a communicator and its transport state. NULL is a no-op. Call it
+ *  on every rank together with no batch in flight: the MPI transport frees a
+ *  duplicated communicator, which MPI defines as collective. */
 void pgs_comm_destroy(pgs_comm_t *comm);
 
 int pgs_comm_rank(const pgs_comm_t *comm);
@@ -107,7 +125,8 @@ int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
 /** Counts 2 * bytes * (ranks - 1) / ranks each way (ring allreduce). */
 int pgs_comm_allreduce(pgs_comm_t *comm, void *buf, size_t count,
                        pgs_dtype_t dtype, pgs_redop_t op);
-/** Counts bytes sent at the root and received elsewhere. */
+/** Counts bytes once at the root (sent) and at every other rank (received):
+ *  the payload, not what a tree forwards. */
 int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root);
 int pgs_comm_allreduce_host(pgs_comm_t *comm, void *buf, size_t count,
                             pgs_dtype_t dtype, pgs_redop_t op);
