@@ -69,7 +69,9 @@ typedef struct pgs_stats {
   int dense;               /**< the call ran dense (warm-up or algo dense) */
   int64_t n, k;            /**< bucket size and target count */
   int64_t local_selected;  /**< entries this rank contributed */
-  int64_t global_selected; /**< nonzero entries of the output */
+  int64_t global_selected; /**< pairs applied to the output: |G| for
+                                oktopk and gtopk, the union for topkdsa, the
+                                sum over ranks for topka and gaussiank */
   int local_recomputed;    /**< exact local threshold this call */
   int global_recomputed;   /**< exact global threshold this call */
   int repartitioned;       /**< oktopk regions recomputed this call */
@@ -96,7 +98,9 @@ void pgs_bucket_destroy(pgs_bucket_t *bucket);
 /** Collective: sparse allreduce of @p grad (n fp32) into @p out (n fp32, the
  *  average over ranks). @p out may alias @p grad. Every rank calls with the
  *  same n and configuration; a disagreement returns PGS_ERR_MISMATCH on every
- *  rank. On an error the residual is left as it was before the call. */
+ *  rank, and NaN/Inf on any rank PGS_ERR_NONFINITE on every rank (with
+ *  check_finite). These checks come first and leave the bucket untouched;
+ *  after any other error (a transport failure) the residual is unspecified. */
 int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
 
 /** Statistics of the last call. */
