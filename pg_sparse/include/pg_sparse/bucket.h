@@ -106,6 +106,22 @@ int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
 /** Statistics of the last call. */
 void pgs_bucket_stats(const pgs_bucket_t *bucket, pgs_stats_t *out);
 size_t pgs_bucket_size(const pgs_bucket_t *bucket);
+/** What, with the residual, lets a bucket resume a run exactly. */
+typedef struct pgs_bucket_state {
+  int64_t step;            /**< calls completed */
+  double local_threshold;  /**< oktopk reuse state; negative: none yet */
+  double global_threshold; /**< likewise */
+  int have_bounds;         /**< oktopk regions below are valid */
+} pgs_bucket_state_t;
+
+/** Read the resumable state; @p bounds_host (size + 1 int64, may be NULL)
+ *  receives oktopk's region boundaries when have_bounds. */
+int pgs_bucket_get_state(const pgs_bucket_t *bucket, pgs_bucket_state_t *out,
+                         int64_t *bounds_host);
+/** Restore what pgs_bucket_get_state() returned (bounds validated). */
+int pgs_bucket_set_state(pgs_bucket_t *bucket, const pgs_bucket_state_t *in,
+                         const int64_t *bounds_host);
+
 /** Copy the residual (n fp32) to host memory / from host memory. */
 int pgs_bucket_get_residual(const pgs_bucket_t *bucket, float *host_out);
 int pgs_bucket_set_residual(pgs_bucket_t *bucket, const float *host_in);

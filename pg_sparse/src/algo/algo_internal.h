@@ -20,6 +20,10 @@ typedef struct pgs_algo_vtable {
    *  leave in b->resid whatever was not applied. */
   int (*step)(pgs_bucket_t *b, const float *grad, float *out);
   void (*fini)(pgs_bucket_t *b);
+  /** Algorithm part of pgs_bucket_get_state / set_state (may be NULL). */
+  void (*save)(const pgs_bucket_t *b, pgs_bucket_state_t *st, int64_t *bounds);
+  int (*load)(pgs_bucket_t *b, const pgs_bucket_state_t *st,
+              const int64_t *bounds);
 } pgs_algo_vtable_t;
 
 struct pgs_bucket {

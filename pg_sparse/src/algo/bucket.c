@@ -139,6 +139,28 @@ int pgs_bucket_set_residual(pgs_bucket_t *b, const float *host_in) {
                       PGS_COPY_FROM_HOST);
 }
 
+int pgs_bucket_get_state(const pgs_bucket_t *b, pgs_bucket_state_t *out,
+                         int64_t *bounds_host) {
+  if (b == NULL || out == NULL) return PGS_ERR_INVALID;
+  out->step = b->step;
+  out->local_threshold = -1.0;
+  out->global_threshold = -1.0;
+  out->have_bounds = 0;
+  if (b->algo->save != NULL) b->algo->save(b, out, bounds_host);
+  return PGS_OK;
+}
+
+int pgs_bucket_set_state(pgs_bucket_t *b, const pgs_bucket_state_t *in,
+                         const int64_t *bounds_host) {
+  if (b == NULL || in == NULL || in->step < 0) return PGS_ERR_INVALID;
+  if (b->algo->load != NULL) {
+    int st = b->algo->load(b, in, bounds_host);
+    if (st != PGS_OK) return st;
+  }
+  b->step = in->step;
+  return PGS_OK;
+}
+
 /* --- phases --------------------------------------------------------------- */
 
 void pgs_phase_enter(pgs_bucket_t *b, int phase) {

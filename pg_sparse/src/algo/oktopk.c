@@ -7,6 +7,7 @@
  * 3k(P-1)/P words each way whatever the data. Phase 2 fits its volume into
  * what remains of 6k(P-1)/P (oktopk_gather.c). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "algo/oktopk.h"
 
@@ -134,9 +135,38 @@ static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   return pgs_oktopk_gather(b, s, sparse_step, out);
 }
 
+static void oktopk_save(const pgs_bucket_t *b, pgs_bucket_state_t *st,
+                        int64_t *bounds) {
+  const oktopk_state_t *s = b->algo_state;
+  st->local_threshold = s->thr_local;
+  st->global_threshold = s->thr_global;
+  st->have_bounds = s->have_bounds;
+  if (bounds != NULL && s->have_bounds)
+    memcpy(bounds, s->split.bounds, ((size_t)b->size + 1) * sizeof(int64_t));
+}
+
+static int oktopk_load(pgs_bucket_t *b, const pgs_bucket_state_t *st,
+                       const int64_t *bounds) {
+  oktopk_state_t *s = b->algo_state;
+  const int P = b->size;
+  if (st->have_bounds) {
+    if (bounds == NULL || bounds[0] != 0 || bounds[P] != (int64_t)b->n)
+      return PGS_ERR_INVALID;
+    for (int j = 0; j < P; ++j)
+      if (bounds[j + 1] < bounds[j]) return PGS_ERR_INVALID;
+    memcpy(s->split.bounds, bounds, ((size_t)P + 1) * sizeof(int64_t));
+  }
+  s->have_bounds = st->have_bounds != 0;
+  s->thr_local = (float)st->local_threshold;
+  s->thr_global = (float)st->global_threshold;
+  return PGS_OK;
+}
+
 const pgs_algo_vtable_t pgs_algo_oktopk = {
     .id = PGS_ALGO_OKTOPK,
     .init = oktopk_init,
     .step = oktopk_step,
     .fini = oktopk_fini,
+    .save = oktopk_save,
+    .load = oktopk_load,
 };

@@ -1,0 +1,270 @@
+#include "backend.hpp"
+
+#include <c10/util/Exception.h>
+
+#include "collectives.hpp"
+#include "status.hpp"
+
+namespace pg_sparse {
+
+using namespace std::chrono_literals;
+
+SparseWork::SparseWork(int rank, c10d::OpType type, const char* title,
+                       std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, title),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+void SparseWork::complete(std::exception_ptr error) {
+  if (done_.exchange(true)) return;
+  if (error) {
+    future_->setError(error);
+    finish(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+    finish();
+  }
+}
+
+SparseBackend::SparseBackend(int rank, int size, CommHandle comm,
+                             std::string transport,
+                             std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size),
+      comm_(std::move(comm)),
+      transport_(std::move(transport)),
+      timeout_(timeout) {
+  worker_ = std::thread(&SparseBackend::worker_loop, this);
+  completer_ = std::thread(&SparseBackend::completion_loop, this);
+  init();
+}
+
+SparseBackend::~SparseBackend() { shutdown(); }
+
+void SparseBackend::shutdown() {
+  bool broken = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return;
+    stop_ = true;
+    broken = !broken_.empty();
+  }
+  work_cv_.notify_all();
+  done_cv_.notify_all();
+  // A worker stuck in a transport call after a timeout can never be joined.
+  if (worker_.joinable()) broken ? worker_.detach() : worker_.join();
+  if (completer_.joinable()) completer_.join();
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
+    c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+    std::function<void()> fn, std::chrono::milliseconds timeout) {
+  auto work = c10::make_intrusive<SparseWork>(rank_, type, title,
+                                              std::move(outputs));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
+    TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
+    if (timeout == c10d::kUnsetTimeout) timeout = timeout_;
+    queue_.push_back(Task{work, std::move(fn), timeout, title});
+  }
+  work_cv_.notify_one();
+  return work;
+}
+
+void SparseBackend::worker_loop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = task.work;
+      running_title_ = task.title;
+      running_since_ = std::chrono::steady_clock::now();
+      running_timeout_ = task.timeout;
+    }
+    std::exception_ptr error;
+    try {
+      task.fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_.reset();
+      done_.push_back(Done{task.work, error});
+    }
+    done_cv_.notify_one();
+  }
+}
+
+void SparseBackend::fail_all(const std::string& why) {
+  broken_ = why;
+  auto error = std::make_exception_ptr(
+      c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__},
+                            why));
+  if (running_) done_.push_back(Done{running_, error});
+  for (auto& t : queue_) done_.push_back(Done{t.work, error});
+  queue_.clear();
+}
+
+void SparseBackend::completion_loop() {
+  for (;;) {
+    std::deque<Done> ready;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_cv_.wait_for(lock, 100ms, [&] { return stop_ || !done_.empty(); });
+      auto now = std::chrono::steady_clock::now();
+      if (running_ && broken_.empty() && now - running_since_ > running_timeout_)
+        fail_all("pg_sparse: " + running_title_ + " timed out after " +
+                 std::to_string(running_timeout_.count()) +
+                 " ms on rank " + std::to_string(rank_) +
+                 " (a peer died, stalled or called a different collective); "
+                 "the process group is no longer usable");
+      ready.swap(done_);
+      if (ready.empty() && stop_ && (queue_.empty() || !broken_.empty()))
+        return;
+    }
+    for (auto& d : ready) d.work->complete(d.error);
+  }
+}
+
+// --- collectives: validation here, the transport work in collectives.cpp --
+
+namespace {
+
+at::Tensor single(std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, "pg_sparse::", op,
+              ": expects exactly one tensor, got ", tensors.size());
+  check_tensor(tensors[0], op);
+  return tensors[0];
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  at::Tensor t = single(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
+              "pg_sparse::broadcast: root rank ", opts.rootRank,
+              " out of range");
+  auto comm = comm_;
+  int root = static_cast<int>(opts.rootRank);
+  return enqueue(c10d::OpType::BROADCAST, "pg_sparse:broadcast", tensors,
+                 [comm, t, root] { run_broadcast(comm.get(), t, root); },
+                 opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  at::Tensor t = single(tensors, "allreduce");
+  auto op = opts.reduceOp.op_;
+  check_reduce_op(op, t, "allreduce");
+  auto comm = comm_;
+  return enqueue(c10d::OpType::ALLREDUCE, "pg_sparse:allreduce", tensors,
+                 [comm, t, op] { run_allreduce(comm.get(), t, op); },
+                 opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  at::Tensor in = single(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1 &&
+                  static_cast<int>(outputs[0].size()) == size_,
+              "pg_sparse::allgather: expects one list of ", size_,
+              " output tensors");
+  for (auto& o : outputs[0]) {
+    check_tensor(o, "allgather");
+    TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                "pg_sparse::allgather: output tensors must match the input's "
+                "size and dtype");
+  }
+  auto comm = comm_;
+  auto outs = outputs[0];
+  return enqueue(c10d::OpType::ALLGATHER, "pg_sparse:allgather", outs,
+                 [comm, in, outs] { run_allgather(comm.get(), in, outs); },
+                 opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  check_tensor(input, "_allgather_base");
+  check_tensor(output, "_allgather_base");
+  TORCH_CHECK(output.numel() == input.numel() * size_ &&
+                  output.scalar_type() == input.scalar_type(),
+              "pg_sparse::_allgather_base: output must hold world_size times "
+              "the input, same dtype");
+  auto comm = comm_;
+  at::Tensor in = input, out = output;
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "pg_sparse:_allgather_base",
+                 {out}, [comm, in, out] { run_allgather_base(comm.get(), in, out); },
+                 opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input,
+    const c10d::ReduceScatterOptions& opts) {
+  check_tensor(input, "_reduce_scatter_base");
+  check_tensor(output, "_reduce_scatter_base");
+  TORCH_CHECK(input.numel() == output.numel() * size_ &&
+                  output.scalar_type() == input.scalar_type(),
+              "pg_sparse::_reduce_scatter_base: input must hold world_size "
+              "times the output, same dtype");
+  auto op = opts.reduceOp.op_;
+  check_reduce_op(op, input, "_reduce_scatter_base");
+  auto comm = comm_;
+  at::Tensor in = input, out = output;
+  return enqueue(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "pg_sparse:_reduce_scatter_base",
+      {out}, [comm, in, out, op] { run_reduce_scatter(comm.get(), in, out, op); },
+      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  check_tensor(input, "alltoall_base");
+  check_tensor(output, "alltoall_base");
+  auto plan = plan_alltoall(input, output, input_splits, output_splits, size_);
+  auto comm = comm_;
+  at::Tensor in = input, out = output;
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "pg_sparse:alltoall_base", {out},
+                 [comm, in, out, plan] {
+                   run_alltoall(comm.get(), in, out, plan);
+                 },
+                 opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::barrier(
+    const c10d::BarrierOptions& opts) {
+  auto comm = comm_;
+  return enqueue(c10d::OpType::BARRIER, "pg_sparse:barrier", {},
+                 [comm] { check(pgs_comm_barrier(comm.get()), "barrier"); },
+                 opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::send(
+    std::vector<at::Tensor>& tensors, int dst, int /*tag*/) {
+  at::Tensor t = single(tensors, "send");
+  TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_,
+              "pg_sparse::send: bad destination rank ", dst);
+  auto comm = comm_;
+  return enqueue(c10d::OpType::SEND, "pg_sparse:send", tensors,
+                 [comm, t, dst] { run_point_to_point(comm.get(), t, dst, true); });
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBackend::recv(
+    std::vector<at::Tensor>& tensors, int src, int /*tag*/) {
+  at::Tensor t = single(tensors, "recv");
+  TORCH_CHECK(src >= 0 && src < size_ && src != rank_,
+              "pg_sparse::recv: bad source rank ", src);
+  auto comm = comm_;
+  return enqueue(c10d::OpType::RECV, "pg_sparse:recv", tensors,
+                 [comm, t, src] { run_point_to_point(comm.get(), t, src, false); });
+}
+
+}  // namespace pg_sparse

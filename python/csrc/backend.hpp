@@ -1,0 +1,131 @@
+// The "sparse" c10d backend: a thin c10d::Backend over libpgsparse.
+//
+// Every collective becomes a task on one worker thread, run in submission
+// order (ProcessGroupMPI's queue pattern) over a pgs_comm transport. Futures
+// are completed on a second thread, so a hook that chains a collective inside
+// a then() callback cannot block the worker. That thread is also the watchdog:
+// a task that runs past its timeout fails its Work and every queued Work, and
+// the backend refuses new work, so a dead or stalled peer raises on every
+// surviving rank instead of hanging.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+extern "C" {
+#include <pg_sparse/comm.h>
+}
+
+namespace pg_sparse {
+
+// Owns a pgs_comm_t; destroyed when the last user (backend, bucket) lets go.
+using CommHandle = std::shared_ptr<pgs_comm_t>;
+
+class SparseWork : public c10d::Work {
+ public:
+  SparseWork(int rank, c10d::OpType type, const char* title,
+             std::vector<at::Tensor> outputs);
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    return future_;
+  }
+  // Completes once: the first caller (worker result or watchdog) wins.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> done_{false};
+};
+
+class SparseBackend : public c10d::Backend {
+ public:
+  SparseBackend(int rank, int size, CommHandle comm, std::string transport,
+                std::chrono::milliseconds timeout);
+  ~SparseBackend() override;
+
+  const std::string getBackendName() const override { return "sparse"; }
+  const std::string& transport() const { return transport_; }
+  const CommHandle& comm() const { return comm_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
+                                      int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
+                                      int src, int tag) override;
+  void shutdown() override;
+  void abort() override { shutdown(); }
+
+  // Queue @p fn on the worker; its Work completes with @p outputs. Used by
+  // the collectives above and by sparse buckets (bucket.cpp).
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+      std::function<void()> fn,
+      std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
+
+ private:
+  struct Task {
+    c10::intrusive_ptr<SparseWork> work;
+    std::function<void()> fn;
+    std::chrono::milliseconds timeout;
+    std::string title;
+  };
+  struct Done {
+    c10::intrusive_ptr<SparseWork> work;
+    std::exception_ptr error;
+  };
+
+  void worker_loop();
+  void completion_loop();
+  void fail_all(const std::string& why);  // with mutex_ held
+
+  CommHandle comm_;
+  std::string transport_;
+  std::chrono::milliseconds timeout_;
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Task> queue_;
+  std::deque<Done> done_;
+  // The task the worker is running, for the watchdog.
+  c10::intrusive_ptr<SparseWork> running_;
+  std::string running_title_;
+  std::chrono::steady_clock::time_point running_since_;
+  std::chrono::milliseconds running_timeout_{0};
+  bool stop_ = false;
+  std::string broken_;  // set once a timeout has failed the backend
+  std::thread worker_, completer_;
+};
+
+}  // namespace pg_sparse

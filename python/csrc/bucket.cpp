@@ -1,0 +1,175 @@
+#include "bucket.hpp"
+
+#include <c10/util/Exception.h>
+
+#include "status.hpp"
+
+extern "C" {
+#include <pg_sparse/ops.h>
+}
+
+namespace pg_sparse {
+
+struct SparseBucket::State {
+  CommHandle comm;  // keeps the transport alive as long as the bucket
+  pgs_bucket_t* bucket = nullptr;
+  mutable std::mutex mutex;  // the worker's call vs. readers of the state
+  pgs_stats_t last{};
+  ~State() { pgs_bucket_destroy(bucket); }
+};
+
+namespace {
+
+std::string describe_failure(int st, int64_t n, const std::string& algo) {
+  if (st == PGS_ERR_MISMATCH)
+    return "bucket sizes or sparse settings differ across ranks (this rank: "
+           "numel " + std::to_string(n) + ", algo " + algo +
+           "); every rank must register the same model and SparseState";
+  if (st == PGS_ERR_NONFINITE)
+    return "a gradient bucket holds NaN or Inf on some rank";
+  return "";
+}
+
+}  // namespace
+
+SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
+                           int64_t numel, const BucketConfig& config)
+    : numel_(numel), algo_(config.algo) {
+  backend_ = c10::dynamic_intrusive_pointer_cast<SparseBackend>(backend);
+  TORCH_CHECK_TYPE(backend_,
+                   "pg_sparse: the process group's backend is not 'sparse'; "
+                   "call dist.init_process_group(backend='sparse')");
+  pgs_config_t c = PGS_CONFIG_INIT;
+  TORCH_CHECK_VALUE(pgs_algo_from_name(config.algo.c_str(), &c.algo) == PGS_OK,
+                    "pg_sparse: unknown algorithm '", config.algo, "'");
+  c.density = config.density;
+  c.warmup_steps = config.warmup_steps;
+  c.tau = config.tau;
+  c.tau_prime = config.tau_prime;
+  c.check_finite = config.check_finite ? 1 : 0;
+  TORCH_CHECK_VALUE(numel > 0, "pg_sparse: empty bucket");
+  state_ = std::make_shared<State>();
+  state_->comm = backend_->comm();
+  int st = pgs_bucket_create(&c, state_->comm.get(), pgs_ops_cpu(),
+                             static_cast<size_t>(numel), &state_->bucket);
+  if (st == PGS_ERR_INVALID)
+    TORCH_CHECK_VALUE(false, "pg_sparse: invalid sparse settings (density ",
+                      config.density, " must be in (0, 1], tau and tau_prime ",
+                      ">= 1, warmup_steps >= 0)");
+  check(st, "creating a sparse bucket");
+}
+
+c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
+  auto dtype = t.scalar_type();
+  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kHalf ||
+                       dtype == at::kBFloat16,
+                   "pg_sparse: sparse allreduce needs a float32, float16 or "
+                   "bfloat16 bucket, got ", dtype);
+  TORCH_CHECK_VALUE(t.numel() == numel_, "pg_sparse: bucket has ", t.numel(),
+                    " elements but this state was made for ", numel_);
+  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous(),
+              "pg_sparse: sparse allreduce needs a contiguous CPU tensor in "
+              "this build");
+  auto state = state_;
+  std::string algo = algo_;
+  int64_t n = numel_;
+  return backend_->enqueue(
+      c10d::OpType::ALLREDUCE, "pg_sparse:sparse_allreduce", {t},
+      [state, t, algo, n] {
+        // The C core works in fp32; half buckets go through an fp32 copy.
+        at::Tensor work = t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+        float* p = work.data_ptr<float>();
+        std::lock_guard<std::mutex> lock(state->mutex);
+        int st = pgs_bucket_allreduce(state->bucket, p, p);
+        pgs_bucket_stats(state->bucket, &state->last);
+        check(st, "sparse allreduce (" + algo + ")",
+              describe_failure(st, n, algo));
+        if (!work.is_same(t)) t.copy_(work);
+      });
+}
+
+std::map<std::string, double> SparseBucket::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const pgs_stats_t& s = state_->last;
+  double sent = 0, recv = 0, time = 0;
+  for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
+    sent += s.words_sent[p];
+    recv += s.words_recv[p];
+    time += s.time_s[p];
+  }
+  return {{"step", (double)s.step},
+          {"dense", (double)s.dense},
+          {"n", (double)s.n},
+          {"k", (double)s.k},
+          {"local_selected", (double)s.local_selected},
+          {"global_selected", (double)s.global_selected},
+          {"density", s.n ? (double)s.global_selected / s.n : 0.0},
+          {"local_recomputed", (double)s.local_recomputed},
+          {"global_recomputed", (double)s.global_recomputed},
+          {"repartitioned", (double)s.repartitioned},
+          {"capped", (double)s.capped},
+          {"trimmed", (double)s.trimmed},
+          {"local_threshold", s.local_threshold},
+          {"global_threshold", s.global_threshold},
+          {"words_sent", sent},
+          {"words_recv", recv},
+          {"bytes_sent", 4 * sent + s.ctrl_bytes_sent},
+          {"bytes_recv", 4 * recv + s.ctrl_bytes_recv},
+          {"time_s", time},
+          {"words_lower_bound", s.words_lower_bound},
+          {"words_upper_bound", s.words_upper_bound}};
+}
+
+std::map<std::string, std::vector<int64_t>> SparseBucket::phase_words() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const pgs_stats_t& s = state_->last;
+  return {{"sent", {s.words_sent, s.words_sent + PGS_PHASE_COUNT}},
+          {"recv", {s.words_recv, s.words_recv + PGS_PHASE_COUNT}}};
+}
+
+at::Tensor SparseBucket::residual() const {
+  at::Tensor r = at::empty({numel_}, at::kFloat);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  check(pgs_bucket_get_residual(state_->bucket, r.data_ptr<float>()),
+        "reading the residual");
+  return r;
+}
+
+void SparseBucket::set_residual(const at::Tensor& r) {
+  TORCH_CHECK_VALUE(r.numel() == numel_, "pg_sparse: residual has ",
+                    r.numel(), " elements, bucket has ", numel_);
+  at::Tensor f = r.to(at::kFloat).contiguous().cpu();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  check(pgs_bucket_set_residual(state_->bucket, f.data_ptr<float>()),
+        "restoring the residual");
+}
+
+std::map<std::string, double> SparseBucket::get_state(
+    std::vector<int64_t>* bounds) const {
+  pgs_bucket_state_t st{};
+  std::vector<int64_t> b(backend_->getSize() + 1);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  check(pgs_bucket_get_state(state_->bucket, &st, b.data()), "reading state");
+  *bounds = st.have_bounds ? b : std::vector<int64_t>{};
+  return {{"step", (double)st.step},
+          {"local_threshold", st.local_threshold},
+          {"global_threshold", st.global_threshold}};
+}
+
+void SparseBucket::set_state(const std::map<std::string, double>& m,
+                             const std::vector<int64_t>& bounds) {
+  pgs_bucket_state_t st{};
+  st.step = static_cast<int64_t>(m.at("step"));
+  st.local_threshold = m.at("local_threshold");
+  st.global_threshold = m.at("global_threshold");
+  st.have_bounds = bounds.empty() ? 0 : 1;
+  TORCH_CHECK_VALUE(bounds.empty() ||
+                        (int)bounds.size() == backend_->getSize() + 1,
+                    "pg_sparse: saved state is for a different world size");
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  check(pgs_bucket_set_state(state_->bucket, &st,
+                             bounds.empty() ? nullptr : bounds.data()),
+        "restoring state");
+}
+
+}  // namespace pg_sparse

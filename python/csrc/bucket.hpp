@@ -1,0 +1,55 @@
+// A DDP bucket's sparse allreduce state (pgs_bucket_t) bound to a backend.
+// Calls run as tasks on the backend's worker, in order with its collectives.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend.hpp"
+
+extern "C" {
+#include <pg_sparse/bucket.h>
+}
+
+namespace pg_sparse {
+
+struct BucketConfig {
+  std::string algo = "oktopk";
+  double density = 0.01;
+  int64_t warmup_steps = 1;
+  int64_t tau = 64;
+  int64_t tau_prime = 32;
+  bool check_finite = true;
+};
+
+class SparseBucket {
+ public:
+  SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend, int64_t numel,
+               const BucketConfig& config);
+
+  // In-place average of @p t (fp32, fp16 or bf16; residual kept in fp32).
+  c10::intrusive_ptr<c10d::Work> allreduce(const at::Tensor& t);
+
+  // Statistics of the last completed call, as name -> value.
+  std::map<std::string, double> stats() const;
+  std::map<std::string, std::vector<int64_t>> phase_words() const;
+
+  at::Tensor residual() const;
+  void set_residual(const at::Tensor& r);
+  // step, thresholds and (oktopk) region bounds; bounds empty when unset.
+  std::map<std::string, double> get_state(std::vector<int64_t>* bounds) const;
+  void set_state(const std::map<std::string, double>& st,
+                 const std::vector<int64_t>& bounds);
+  int64_t numel() const { return numel_; }
+
+ private:
+  struct State;  // shared with queued tasks
+  c10::intrusive_ptr<SparseBackend> backend_;
+  std::shared_ptr<State> state_;
+  int64_t numel_;
+  std::string algo_;
+};
+
+}  // namespace pg_sparse

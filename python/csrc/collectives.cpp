@@ -1,0 +1,205 @@
+#include "collectives.hpp"
+
+#include <cstring>
+#include <optional>
+
+#include "status.hpp"
+
+namespace pg_sparse {
+
+using RedOp = c10d::ReduceOp::RedOpType;
+
+void check_tensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.layout() == at::kStrided, "pg_sparse::", op,
+              ": only dense tensors are supported, got layout ", t.layout());
+  TORCH_CHECK(t.device().is_cpu(), "pg_sparse::", op,
+              ": tensors must be on the CPU in this build, got ", t.device());
+  TORCH_CHECK(t.is_contiguous(), "pg_sparse::", op,
+              ": tensors must be contiguous");
+}
+
+void check_reduce_op(RedOp op, const at::Tensor& t, const char* what) {
+  TORCH_CHECK(op == RedOp::SUM || op == RedOp::AVG || op == RedOp::MAX ||
+                  op == RedOp::MIN || op == RedOp::PRODUCT,
+              "pg_sparse::", what, ": unsupported reduce op ",
+              static_cast<int>(op),
+              " (supported: SUM, AVG, MAX, MIN, PRODUCT)");
+  TORCH_CHECK(op != RedOp::AVG || at::isFloatingType(t.scalar_type()),
+              "pg_sparse::", what, ": AVG needs a floating-point tensor, got ",
+              t.scalar_type());
+}
+
+namespace {
+
+size_t nbytes(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * t.element_size();
+}
+
+// The transport reduces these natively; everything else goes through an
+// allgather and a local torch reduction.
+std::optional<pgs_dtype_t> native_dtype(at::ScalarType s) {
+  switch (s) {
+    case at::kFloat: return PGS_FLOAT32;
+    case at::kDouble: return PGS_FLOAT64;
+    case at::kLong: return PGS_INT64;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<pgs_redop_t> native_op(RedOp op) {
+  switch (op) {
+    case RedOp::SUM:
+    case RedOp::AVG: return PGS_SUM;
+    case RedOp::MAX: return PGS_MAX;
+    case RedOp::MIN: return PGS_MIN;
+    default: return std::nullopt;
+  }
+}
+
+// Every rank's copy of t as rows of a [P, numel] tensor.
+at::Tensor gather_rows(pgs_comm_t* comm, const at::Tensor& t) {
+  const int P = pgs_comm_size(comm);
+  at::Tensor all = at::empty({P, t.numel()}, t.options());
+  std::vector<size_t> bytes(P, nbytes(t)), displs(P);
+  for (int r = 0; r < P; ++r) displs[r] = r * nbytes(t);
+  check(pgs_comm_allgatherv(comm, t.data_ptr(), nbytes(t), all.data_ptr(),
+                            bytes.data(), displs.data()),
+        "allgather");
+  return all;
+}
+
+// Reduce the rows of @p rows (one per rank) with torch, keeping the dtype.
+at::Tensor reduce_rows(const at::Tensor& rows, RedOp op) {
+  auto dtype = rows.scalar_type();
+  switch (op) {
+    case RedOp::SUM: return rows.sum(0, false, dtype);
+    case RedOp::AVG: return rows.sum(0, false, dtype).div_(rows.size(0));
+    case RedOp::PRODUCT: return rows.prod(0, false, dtype);
+    case RedOp::MAX: return std::get<0>(rows.max(0));
+    case RedOp::MIN: return std::get<0>(rows.min(0));
+    default: TORCH_CHECK(false, "pg_sparse: unsupported reduce op");
+  }
+}
+
+}  // namespace
+
+void run_broadcast(pgs_comm_t* comm, const at::Tensor& t, int root) {
+  check(pgs_comm_bcast(comm, t.data_ptr(), nbytes(t), root), "broadcast");
+}
+
+void run_allreduce(pgs_comm_t* comm, const at::Tensor& t, RedOp op) {
+  auto dt = native_dtype(t.scalar_type());
+  auto nop = native_op(op);
+  if (dt && nop) {
+    check(pgs_comm_allreduce(comm, t.data_ptr(), t.numel(), *dt, *nop),
+          "allreduce");
+    if (op == RedOp::AVG) t.div_(pgs_comm_size(comm));
+    return;
+  }
+  at::Tensor rows = gather_rows(comm, t.reshape({-1}));
+  t.copy_(reduce_rows(rows, op).view_as(t));
+}
+
+void run_allgather(pgs_comm_t* comm, const at::Tensor& in,
+                   const std::vector<at::Tensor>& outs) {
+  at::Tensor rows = gather_rows(comm, in.reshape({-1}));
+  for (size_t r = 0; r < outs.size(); ++r)
+    outs[r].copy_(rows[r].view_as(outs[r]));
+}
+
+void run_allgather_base(pgs_comm_t* comm, const at::Tensor& in,
+                        const at::Tensor& out) {
+  const int P = pgs_comm_size(comm);
+  std::vector<size_t> bytes(P, nbytes(in)), displs(P);
+  for (int r = 0; r < P; ++r) displs[r] = r * nbytes(in);
+  check(pgs_comm_allgatherv(comm, in.data_ptr(), nbytes(in), out.data_ptr(),
+                            bytes.data(), displs.data()),
+        "_allgather_base");
+}
+
+// Rank j's chunk goes to rank j; each rank reduces the P chunks it holds.
+void run_reduce_scatter(pgs_comm_t* comm, const at::Tensor& in,
+                        const at::Tensor& out, RedOp op) {
+  const int P = pgs_comm_size(comm), me = pgs_comm_rank(comm);
+  const size_t chunk = nbytes(out);
+  at::Tensor rows = at::empty({P, out.numel()}, out.options());
+  auto* src = static_cast<char*>(in.data_ptr());
+  auto* dst = static_cast<char*>(rows.data_ptr());
+  std::vector<pgs_msg_t> sends, recvs;
+  for (int j = 0; j < P; ++j) {
+    if (j == me || chunk == 0) continue;
+    sends.push_back({j, src + j * chunk, chunk});
+    recvs.push_back({j, dst + j * chunk, chunk});
+  }
+  std::memcpy(dst + me * chunk, src + me * chunk, chunk);
+  check(pgs_comm_exchange(comm, sends.data(), (int)sends.size(), recvs.data(),
+                          (int)recvs.size()),
+        "_reduce_scatter_base");
+  out.copy_(reduce_rows(rows, op).view_as(out));
+}
+
+AlltoallPlan plan_alltoall(const at::Tensor& in, const at::Tensor& out,
+                           const std::vector<int64_t>& in_splits,
+                           const std::vector<int64_t>& out_splits, int size) {
+  TORCH_CHECK(in.dim() >= 1 && out.dim() >= 1 &&
+                  in.scalar_type() == out.scalar_type(),
+              "pg_sparse::alltoall_base: tensors need a first dimension and "
+              "one dtype");
+  AlltoallPlan p;
+  auto fill = [&](const at::Tensor& t, const std::vector<int64_t>& splits,
+                  std::vector<size_t>& bytes, std::vector<size_t>& off) {
+    const int64_t rows = t.size(0);
+    const size_t row = rows ? nbytes(t) / rows : 0;
+    TORCH_CHECK(splits.empty() || (int)splits.size() == size,
+                "pg_sparse::alltoall_base: need one split per rank");
+    TORCH_CHECK(!splits.empty() || rows % size == 0,
+                "pg_sparse::alltoall_base: dim 0 (", rows,
+                ") must divide by world size without split sizes");
+    size_t at = 0;
+    int64_t sum = 0;
+    for (int j = 0; j < size; ++j) {
+      int64_t n = splits.empty() ? rows / size : splits[j];
+      TORCH_CHECK(n >= 0, "pg_sparse::alltoall_base: negative split size");
+      bytes.push_back(n * row);
+      off.push_back(at);
+      at += n * row;
+      sum += n;
+    }
+    TORCH_CHECK(sum == rows, "pg_sparse::alltoall_base: split sizes sum to ",
+                sum, " but dim 0 is ", rows);
+  };
+  fill(in, in_splits, p.send_bytes, p.send_off);
+  fill(out, out_splits, p.recv_bytes, p.recv_off);
+  return p;
+}
+
+void run_alltoall(pgs_comm_t* comm, const at::Tensor& in, const at::Tensor& out,
+                  const AlltoallPlan& p) {
+  const int P = pgs_comm_size(comm), me = pgs_comm_rank(comm);
+  auto* src = static_cast<char*>(in.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  TORCH_CHECK(p.send_bytes[me] == p.recv_bytes[me],
+              "pg_sparse::alltoall_base: this rank sends itself ",
+              p.send_bytes[me], " bytes but expects ", p.recv_bytes[me]);
+  std::vector<pgs_msg_t> sends, recvs;
+  for (int j = 0; j < P; ++j) {
+    if (j == me) continue;
+    if (p.send_bytes[j]) sends.push_back({j, src + p.send_off[j], p.send_bytes[j]});
+    if (p.recv_bytes[j]) recvs.push_back({j, dst + p.recv_off[j], p.recv_bytes[j]});
+  }
+  std::memcpy(dst + p.recv_off[me], src + p.send_off[me], p.send_bytes[me]);
+  check(pgs_comm_exchange(comm, sends.data(), (int)sends.size(), recvs.data(),
+                          (int)recvs.size()),
+        "alltoall_base");
+}
+
+void run_point_to_point(pgs_comm_t* comm, const at::Tensor& t, int peer,
+                        bool is_send) {
+  pgs_msg_t m = {peer, t.data_ptr(), nbytes(t)};
+  if (m.bytes == 0) return;
+  check(pgs_comm_exchange(comm, is_send ? &m : nullptr, is_send ? 1 : 0,
+                          is_send ? nullptr : &m, is_send ? 0 : 1),
+        is_send ? "send" : "recv");
+}
+
+}  // namespace pg_sparse

@@ -1,0 +1,115 @@
+// pybind11 module pg_sparse._C: translation between Python and the backend.
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <mutex>
+#include <vector>
+
+#include "backend.hpp"
+#include "bucket.hpp"
+#include "transports.hpp"
+
+namespace py = pybind11;
+using namespace pg_sparse;
+
+namespace {
+
+// Live backends, so interpreter exit can stop their threads before MPI is
+// finalised.
+struct Registry {
+  std::mutex mutex;
+  std::vector<c10::weak_intrusive_ptr<SparseBackend>> backends;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+c10::intrusive_ptr<c10d::Backend> create_backend(
+    const c10d::DistributedBackendOptions& opts, const std::string& transport,
+    c10::intrusive_ptr<c10d::Backend> inner) {
+  CommHandle comm;
+  if (transport == "mpi") {
+    comm = make_mpi_comm(opts.global_ranks_in_group, opts.group_rank,
+                         opts.group_size);
+  } else {
+    TORCH_CHECK(inner, "pg_sparse: transport '", transport,
+                "' needs an inner backend");
+    comm = make_inner_comm(inner, opts.group_rank, opts.group_size);
+  }
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      opts.timeout);
+  auto b = c10::make_intrusive<SparseBackend>(
+      opts.group_rank, opts.group_size, comm, transport, timeout);
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  registry().backends.emplace_back(b);
+  return b;
+}
+
+void shutdown_all() {
+  std::vector<c10::weak_intrusive_ptr<SparseBackend>> live;
+  {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    live.swap(registry().backends);
+  }
+  for (auto& w : live)
+    if (auto b = w.lock()) b->shutdown();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "pg_sparse native module: the 'sparse' c10d backend";
+  m.def(
+      "_create_backend",
+      [](const c10d::DistributedBackendOptions& opts,
+         const std::string& transport, py::object inner) {
+        c10::intrusive_ptr<c10d::Backend> in;
+        if (!inner.is_none())
+          in = inner.cast<c10::intrusive_ptr<c10d::Backend>>();
+        py::gil_scoped_release nogil;  // MPI communicator setup blocks
+        return create_backend(opts, transport, in);
+      },
+      py::arg("options"), py::arg("transport"), py::arg("inner"));
+  m.def("_shutdown_and_finalize", [] {
+    py::gil_scoped_release nogil;
+    shutdown_all();
+    finalize_mpi();
+  });
+  m.def("_transport_of", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+    auto s = c10::dynamic_intrusive_pointer_cast<SparseBackend>(b);
+    TORCH_CHECK_TYPE(s, "pg_sparse: not a 'sparse' backend");
+    return s->transport();
+  });
+
+  py::class_<BucketConfig>(m, "BucketConfig")
+      .def(py::init<>())
+      .def_readwrite("algo", &BucketConfig::algo)
+      .def_readwrite("density", &BucketConfig::density)
+      .def_readwrite("warmup_steps", &BucketConfig::warmup_steps)
+      .def_readwrite("tau", &BucketConfig::tau)
+      .def_readwrite("tau_prime", &BucketConfig::tau_prime)
+      .def_readwrite("check_finite", &BucketConfig::check_finite);
+
+  py::class_<SparseBucket, std::shared_ptr<SparseBucket>>(m, "SparseBucket")
+      .def(py::init<const c10::intrusive_ptr<c10d::Backend>&, int64_t,
+                    const BucketConfig&>(),
+           py::arg("backend"), py::arg("numel"), py::arg("config"))
+      .def("allreduce", &SparseBucket::allreduce, py::arg("tensor"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("stats", &SparseBucket::stats)
+      .def("phase_words", &SparseBucket::phase_words)
+      .def("residual", &SparseBucket::residual,
+           py::call_guard<py::gil_scoped_release>())
+      .def("set_residual", &SparseBucket::set_residual,
+           py::call_guard<py::gil_scoped_release>())
+      .def("get_state",
+           [](const SparseBucket& b) {
+             std::vector<int64_t> bounds;
+             auto st = b.get_state(&bounds);
+             return py::make_tuple(st, bounds);
+           })
+      .def("set_state", &SparseBucket::set_state)
+      .def_property_readonly("numel", &SparseBucket::numel);
+}

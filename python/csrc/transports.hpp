@@ -1,0 +1,28 @@
+// Building pgs_comm transports for the backend: Open MPI under an MPI
+// launcher, or the `ext` callbacks over an inner c10d backend (gloo) when
+// torchrun started the ranks.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "status.hpp"
+
+namespace pg_sparse {
+
+// Transport over the collectives of @p inner (collective over the group).
+CommHandle make_inner_comm(c10::intrusive_ptr<c10d::Backend> inner, int rank,
+                           int size);
+
+// Open MPI transport over the MPI processes @p global_ranks (collective over
+// them only). Initialises MPI on first use.
+CommHandle make_mpi_comm(std::vector<int64_t> global_ranks, int group_rank,
+                         int group_size);
+
+// MPI_Finalize if this module initialised MPI and nobody finalised it yet.
+void finalize_mpi();
+
+}  // namespace pg_sparse

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything pg_sparse needs on a fresh Debian/Ubuntu machine and
+# builds the package in place (editable). Safe to run again: it skips what is
+# already there. Used by tests/run_tests.sh and examples/run_main.sh.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${PYTHON:-python3}
+
+sudo_if_needed() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
+
+install_system_packages() {
+  local pkgs=(cmake make g++ libopenmpi-dev openmpi-bin libgtest-dev)
+  local missing=()
+  for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "pg_sparse: installing ${missing[*]}"
+  sudo_if_needed apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}"
+}
+
+install_python_packages() {
+  # A bare `torch` requirement would pull a multi-GB CUDA build: install the
+  # pinned CPU build only when no torch imports.
+  if ! "$python" -c "import torch" >/dev/null 2>&1; then
+    "$python" -m pip install -q "torch==2.13.0"
+  fi
+  local want=()
+  for mod in pytest tqdm sklearn; do
+    "$python" -c "import $mod" >/dev/null 2>&1 || want+=("$mod")
+  done
+  want=("${want[@]/sklearn/scikit-learn}")
+  [ ${#want[@]} -gt 0 ] && "$python" -m pip install -q "${want[@]}"
+  return 0
+}
+
+build_package() {
+  # No build isolation: build against the torch installed above.
+  "$python" -m pip install -q --no-build-isolation --no-deps -e "$root/python"
+}
+
+install_system_packages
+install_python_packages
+build_package

@@ -1,0 +1,33 @@
+"""pg_sparse: a torch.distributed backend for sparse gradient allreduce.
+
+``import pg_sparse`` registers backend ``"sparse"``; then
+``dist.init_process_group(backend="sparse")``, wrap the model in DDP and
+register a hook from ``pg_sparse.hooks`` with a ``pg_sparse.SparseState``.
+"""
+
+import atexit
+
+import torch  # noqa: F401  (the native module needs libtorch loaded first)
+import torch.distributed as dist
+
+from . import _C
+from ._backend import Options, choose_transport, create_backend
+from ._launch import map_mpi_environment, mpi_launcher
+from .state import ALGORITHMS, SparseState
+from . import hooks
+
+__all__ = ["ALGORITHMS", "Options", "SparseState", "hooks", "choose_transport",
+           "map_mpi_environment", "mpi_launcher"]
+__version__ = "0.1.0"
+
+# Under mpirun, torch's env:// rendezvous needs RANK/WORLD_SIZE/...: derive
+# them from the launcher before the user calls init_process_group.
+map_mpi_environment()
+
+if "sparse" not in dist.Backend.backend_list:
+    dist.Backend.register_backend("sparse", create_backend, extended_api=True,
+                                  devices=["cpu", "cuda"])
+
+# Stop the backends' threads and finalise MPI (if we started it) at exit:
+# mpirun reports a rank that exits without MPI_Finalize as failed.
+atexit.register(_C._shutdown_and_finalize)

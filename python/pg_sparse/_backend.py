@@ -1,0 +1,76 @@
+"""The creator that torch.distributed calls for backend "sparse"."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from . import _C
+from ._launch import mpi_launcher
+
+logger = logging.getLogger("pg_sparse")
+_TRANSPORTS = ("mpi", "gloo")
+_logged = False
+
+
+@dataclass
+class Options:
+    """Backend options, passed as ``pg_options=`` to ``init_process_group``
+    or ``new_group``.
+
+    transport: ``"mpi"``, ``"gloo"`` or ``"auto"`` (default; the
+    ``PG_SPARSE_TRANSPORT`` environment variable overrides ``"auto"``).
+    """
+
+    transport: str = "auto"
+
+
+def choose_transport(options: Any = None) -> tuple[str, str]:
+    """The transport to use and why: forced by options or environment, else
+    Open MPI when an MPI launcher started us, else gloo (torchrun)."""
+    forced = getattr(options, "transport", "auto") if options is not None else "auto"
+    reason = "pg_options"
+    if forced == "auto" and os.environ.get("PG_SPARSE_TRANSPORT"):
+        forced, reason = os.environ["PG_SPARSE_TRANSPORT"], "PG_SPARSE_TRANSPORT"
+    if forced != "auto":
+        if forced not in _TRANSPORTS:
+            raise ValueError(f"pg_sparse: unknown transport {forced!r} "
+                             f"(from {reason}); choose one of {_TRANSPORTS}")
+        return forced, f"set by {reason}"
+    launcher = mpi_launcher()
+    if launcher is not None:
+        return "mpi", f"launched by {launcher}"
+    return "gloo", "not launched by an MPI launcher (torchrun or single process)"
+
+
+def _log_once(rank: int, transport: str, why: str) -> None:
+    global _logged
+    if _logged or rank != 0:
+        return
+    _logged = True
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[pg_sparse] %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    logger.info("transport %s (%s)", transport, why)
+
+
+def create_backend(dist_options: Any, backend_options: Any = None) -> Any:
+    """Extended-API creator: build the transport, then the C++ backend."""
+    transport, why = choose_transport(backend_options)
+    inner = None
+    if transport == "gloo":
+        # Torch wheels ship no gloo headers, so the inner backend is built
+        # here and handed to C++ as a c10d::Backend.
+        store = dist.PrefixStore("pg_sparse_inner/", dist_options.store)
+        inner = dist.ProcessGroupGloo(store, dist_options.group_rank,
+                                      dist_options.group_size,
+                                      dist_options.timeout)
+    backend = _C._create_backend(dist_options, transport, inner)
+    _log_once(dist_options.group_rank, transport, why)
+    return backend

@@ -1,0 +1,59 @@
+"""DDP communication hooks: sparse allreduce with error feedback.
+
+Register one with ``model.register_comm_hook(SparseState(...), hook)``. Each
+hook returns a future of the bucket's average (already divided by the world
+size), as DDP expects. No ``from __future__ import annotations`` here: DDP
+checks the hooks' annotations against the real types.
+"""
+
+import torch
+import torch.distributed as dist
+
+from .state import ALGORITHMS, SparseState
+
+
+def _first(fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()[0]
+
+
+def _run(state: SparseState, bucket: dist.GradBucket,
+         algo: str) -> torch.futures.Future[torch.Tensor]:
+    if state.algo is None:
+        state.algo = algo
+    elif state.algo != algo:
+        raise ValueError(f"pg_sparse: SparseState is set up for {state.algo!r} "
+                         f"but the {algo!r} hook was registered")
+    buf = bucket.buffer()
+    if not buf.is_floating_point():
+        raise TypeError(f"pg_sparse: sparse allreduce needs a floating-point "
+                        f"bucket, got {buf.dtype}")
+    work = state.native_bucket(bucket.index(), buf).allreduce(buf)
+    return work.get_future().then(_first)
+
+
+def sparse_hook(state: SparseState,
+                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Sparse allreduce with ``state.algo`` (Ok-Topk when unset)."""
+    return _run(state, bucket, state.algo or "oktopk")
+
+
+def _make(algo: str):  # type: ignore[no-untyped-def]
+    def hook(state: SparseState,
+             bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        return _run(state, bucket, algo)
+
+    hook.__name__ = hook.__qualname__ = f"{algo}_hook"
+    hook.__doc__ = f"Sparse allreduce with {algo}, error feedback in the residual."
+    return hook
+
+
+dense_hook = _make("dense")
+topka_hook = _make("topka")
+topkdsa_hook = _make("topkdsa")
+gtopk_hook = _make("gtopk")
+gaussiank_hook = _make("gaussiank")
+oktopk_hook = _make("oktopk")
+
+HOOKS = {algo: globals()[f"{algo}_hook"] for algo in ALGORITHMS}
+
+__all__ = ["sparse_hook", "HOOKS", *[f"{a}_hook" for a in ALGORITHMS]]
