@@ -438,6 +438,42 @@ TEST_P(TransportTest, OktopkVolumeBelowBound) {
   }
 }
 
+// A bucket restored from another's residual and state continues exactly as
+// the original would have (the checkpoint / state_dict path).
+TEST_P(TransportTest, RestoredBucketResumesIdentically) {
+  const size_t n = 6000;
+  const int P = world_size();
+  for (pgs_algo_id_t algo : kAllAlgos) {
+    pgs_config_t cfg = make_config(algo, 0.02, 1, 4, 3);
+    Runner a(GetParam(), cfg, n);
+    ASSERT_TRUE(all_ranks(a.ok()));
+    for (int64_t step = 0; step < 7; ++step)
+      ASSERT_TRUE(a.step_all(normal_data(n, 113, world_rank(), step)));
+    pgs_bucket_state_t st;
+    std::vector<int64_t> bounds(P + 1, -1);
+    ASSERT_EQ(pgs_bucket_get_state(a.bucket(), &st, bounds.data()), PGS_OK);
+    EXPECT_EQ(st.step, 7);
+    Runner b(GetParam(), cfg, n);
+    ASSERT_TRUE(all_ranks(b.ok()));
+    ASSERT_EQ(pgs_bucket_set_residual(b.bucket(), a.resid.data()), PGS_OK);
+    ASSERT_EQ(pgs_bucket_set_state(b.bucket(), &st, bounds.data()), PGS_OK);
+    for (int64_t step = 7; step < 14; ++step) {
+      auto g = normal_data(n, 113, world_rank(), step);
+      ASSERT_TRUE(a.step_all(g));
+      ASSERT_TRUE(b.step_all(g));
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), n * sizeof(float)), 0)
+          << pgs_algo_name(algo) << " step " << step;
+      EXPECT_EQ(std::memcmp(a.resid.data(), b.resid.data(), n * sizeof(float)), 0);
+    }
+    // Bounds that do not partition [0, n) are refused.
+    if (algo == PGS_ALGO_OKTOPK && st.have_bounds) {
+      std::vector<int64_t> bad = bounds;
+      bad[P] = static_cast<int64_t>(n) + 1;
+      EXPECT_EQ(pgs_bucket_set_state(b.bucket(), &st, bad.data()), PGS_ERR_INVALID);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, TransportTest,
                          testing::Values(Transport::kMpi, Transport::kExt),
                          [](const testing::TestParamInfo<Transport> &i) {
