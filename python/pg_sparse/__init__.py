@@ -10,11 +10,10 @@ import atexit
 import torch  # noqa: F401  (the native module needs libtorch loaded first)
 import torch.distributed as dist
 
-from . import _C
+from . import _C, hooks
 from ._backend import Options, choose_transport, create_backend
 from ._launch import map_mpi_environment, mpi_launcher
 from .state import ALGORITHMS, SparseState
-from . import hooks
 
 __all__ = ["ALGORITHMS", "Options", "SparseState", "hooks", "choose_transport",
            "map_mpi_environment", "mpi_launcher"]
