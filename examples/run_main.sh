@@ -11,8 +11,9 @@ python=${PYTHON:-python3}
 
 PYTHON="$python" bash "$root/python/install.sh"
 
-# 4 ranks share the cores: one thread each. Run from outside the repository
-# root, where the C core's folder pg_sparse/ would shadow the Python package.
+# 4 ranks share the cores: one thread each. Start in examples/, never the
+# repository root: if "" or "." is on PYTHONPATH there, the C core's folder
+# pg_sparse/ is imported as a namespace package instead of the Python one.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 cd "$root/examples"
 exec "$python" -m torch.distributed.run --standalone --nproc_per_node=4 \

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from sklearn.datasets import load_digits
@@ -109,11 +110,13 @@ def load_data(seed: int) -> Data:
                                               random_state=seed)
     scaler = StandardScaler().fit(x_tr)
 
-    def tensors(a, b):  # type: ignore[no-untyped-def]
-        return (torch.tensor(scaler.transform(a), dtype=torch.float32),
-                torch.tensor(b, dtype=torch.long))
+    def features(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(scaler.transform(a), dtype=torch.float32)
 
-    return Data(*tensors(x_tr, y_tr), *tensors(x_te, y_te))
+    def labels(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(a, dtype=torch.long)
+
+    return Data(features(x_tr), labels(y_tr), features(x_te), labels(y_te))
 
 
 def make_model(hidden: int, seed: int) -> nn.Module:
@@ -250,8 +253,8 @@ def report(args: argparse.Namespace, sparse: RunResult, dense: RunResult,
     print(f"\n{sparse.name}: achieved density {sparse.density:.4f} "
           f"(target {args.density}) over {sparse.sparse_steps} sparse steps "
           f"after {sparse.steps - sparse.sparse_steps} dense warm-up step(s); "
-          f"words sent <= {bound:.2f} x the per-step upper bound")
-    for name, _, _, mb, mb_max, agree in rows:
+          f"max over its steps of words sent / 6k(P-1)/P (Ok-Topk's bound): {bound:.4f}")
+    for name, _, _, _, mb_max, agree in rows:
         print(f"{name}: max MB sent by one rank {mb_max:.3f}; "
               f"replicas identical: {'yes' if agree else 'NO'}")
 

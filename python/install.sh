@@ -36,8 +36,11 @@ install_python_packages() {
 }
 
 build_package() {
-  # No build isolation: build against the torch installed above.
-  "$python" -m pip install -q --no-build-isolation --no-deps -e "$root/python"
+  # No build isolation: build against the torch installed above. The compat
+  # editable mode puts python/ itself on sys.path, so the package wins over
+  # the C-core folder pg_sparse/ when Python runs from the repository root.
+  "$python" -m pip install -q --no-build-isolation --no-deps \
+    --config-settings editable_mode=compat -e "$root/python"
 }
 
 install_system_packages
