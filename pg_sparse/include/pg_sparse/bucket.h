@@ -83,8 +83,9 @@ typedef struct pgs_stats {
   int64_t words_recv[PGS_PHASE_COUNT];
   int64_t ctrl_bytes_sent, ctrl_bytes_recv;
   double time_s[PGS_PHASE_COUNT];
-  double words_lower_bound; /**< 2k(P-1)/P */
-  double words_upper_bound; /**< 6k(P-1)/P */
+  double words_lower_bound; /**< 2k(P-1)/P: Ok-Topk's lower bound */
+  double words_upper_bound; /**< 6k(P-1)/P: Ok-Topk's cap, reported for
+                                 every algorithm as a yardstick */
 } pgs_stats_t;
 
 typedef struct pgs_bucket pgs_bucket_t;
