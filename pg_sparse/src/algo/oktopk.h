@@ -23,6 +23,16 @@ typedef struct oktopk_state {
   pgs_msg_t *msgs;      /* 4P host: balance messages */
 } oktopk_state_t;
 
+/** A reused threshold drifts with the gradients; as in the reference code,
+ *  nudge it after each step by a factor when @p picked strays from k, so
+ *  fewer steps fall out of [k/2, 2k] and pay for an exact recompute. */
+static inline float pgs_oktopk_nudge(float thr, int64_t picked, int64_t k,
+                                     float down, float up) {
+  if (4 * picked < 3 * k) return thr / down;
+  if (4 * picked > 5 * k) return thr * up;
+  return thr;
+}
+
 /** Phase 2 and the finish: G from the reduced region, output, residual.
  *  @p sparse_step is the index of this call among sparse calls. */
 int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
