@@ -1,0 +1,262 @@
+// Benchmark of the CUDA ops table (a program, not a test).
+//
+//  (a) the fused accumulate r += g with the count of |r| >= thr, at
+//      n = 8M, 32M, 128M, as a fraction of the memory-bandwidth floor
+//      (12 n bytes: read g, read r, write r) at two bandwidths: the measured
+//      device-to-device cudaMemcpy of the same byte count (the practical
+//      peak) and the theoretical peak from the device properties;
+//  (b) the exact k-th largest |x| (kth_abs, radix select) at n = 25M,
+//      k = 250k, against a full CUB radix sort of |x| (torch.topk is timed
+//      by bench_topk.py on the same machine).
+//
+// Each figure is the median of many runs after warm-up, timed with CUDA
+// events on the table's stream. Usage: pgs_cuda_bench [runs]
+#include <cuda_runtime.h>
+#include <pg_sparse/ops_cuda.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cub/device/device_radix_sort.cuh>
+#include <random>
+#include <vector>
+
+namespace {
+
+#define CHECK_CUDA(expr)                                                 \
+  do {                                                                   \
+    cudaError_t e_ = (expr);                                             \
+    if (e_ != cudaSuccess) {                                             \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(e_));                              \
+      std::exit(1);                                                      \
+    }                                                                    \
+  } while (0)
+
+#define CHECK_PGS(expr)                                                   \
+  do {                                                                    \
+    int s_ = (expr);                                                      \
+    if (s_ != PGS_OK) {                                                   \
+      std::fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, \
+                   #expr, s_);                                            \
+      std::exit(1);                                                       \
+    }                                                                     \
+  } while (0)
+
+// Median over runs of the milliseconds between two events around fn().
+template <class F>
+double median_ms(cudaStream_t s, int warmup, int runs, F &&fn) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) fn();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  std::vector<double> t(runs);
+  for (int i = 0; i < runs; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, s));
+    fn();
+    CHECK_CUDA(cudaEventRecord(b, s));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t[i] = ms;
+  }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[runs / 2];
+}
+
+__global__ void fill_normalish(float *x, size_t n, unsigned seed) {
+  // A cheap hash-based approximately normal fill (sum of 4 uniforms).
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
+    float s = 0.0f;
+    for (int k = 0; k < 4; ++k) {
+      h ^= h >> 13;
+      h *= 0x5bd1e995u;
+      h ^= h >> 15;
+      s += static_cast<float>(h & 0xffffff) / 16777216.0f;
+    }
+    x[i] = (s - 2.0f) * 1.7320508f;
+  }
+}
+
+__global__ void abs_bits_kernel(const float *x, unsigned *out, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride)
+    out[i] = __float_as_uint(x[i]) & 0x7fffffffu;
+}
+
+void fill(float *x, size_t n, unsigned seed, cudaStream_t s) {
+  fill_normalish<<<1024, 256, 0, s>>>(x, n, seed);
+  CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const int runs = argc > 1 ? std::atoi(argv[1]) : 50;
+  if (!pgs_cuda_available()) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  int dev = 0;
+  CHECK_CUDA(cudaSetDevice(dev));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+  int mem_clock_khz = 0, bus_bits = 0;
+  // cudaDeviceProp lost memoryClockRate in CUDA 13: ask the attributes.
+  (void)cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, dev);
+  (void)cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev);
+  (void)cudaGetLastError();
+  // DDR: two transfers per clock.
+  const double peak_gbs = 2.0 * mem_clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+  std::printf("device: %s, %d SMs, %.1f GB, L2 %.0f MB\n", prop.name,
+              prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
+              prop.l2CacheSize / 1e6);
+  if (peak_gbs > 0)
+    std::printf(
+        "theoretical memory bandwidth: %.0f GB/s (%d kHz x %d bit x 2)\n",
+        peak_gbs, mem_clock_khz, bus_bits);
+  else
+    std::printf("theoretical memory bandwidth: not reported by the device\n");
+
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  pgs_ops_t *ops = nullptr;
+  CHECK_PGS(pgs_ops_cuda_create(s, dev, &ops));
+
+  // ---- (a) fused accumulate
+  // ---------------------------------------------------
+  std::printf(
+      "\n(a) accumulate r += g with count |r| >= thr; floor = 12n bytes\n");
+  std::printf("%10s %11s %11s %11s %11s %9s %9s %9s %9s\n", "n", "copy GB/s",
+              "acc+cnt us", "acc us", "acc x20 us", "%copy", "%peak",
+              "%copy(nc)", "%peak(nc)");
+  for (size_t n : {size_t{8} << 20, size_t{32} << 20, size_t{128} << 20}) {
+    float *r = nullptr, *g = nullptr;
+    CHECK_CUDA(cudaMalloc(&r, n * 4));
+    CHECK_CUDA(cudaMalloc(&g, n * 4));
+    fill(r, n, 1, s);
+    fill(g, n, 2, s);
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    const double bytes = 12.0 * n;
+    // Practical peak: a device-to-device copy moving the same 12n bytes
+    // (reads 6n, writes 6n).
+    float *copy_src = nullptr, *copy_dst = nullptr;
+    CHECK_CUDA(cudaMalloc(&copy_src, n * 6));
+    CHECK_CUDA(cudaMalloc(&copy_dst, n * 6));
+    const double t_copy = median_ms(s, 3, runs, [&] {
+      CHECK_CUDA(cudaMemcpyAsync(copy_dst, copy_src, n * 6,
+                                 cudaMemcpyDeviceToDevice, s));
+    });
+    CHECK_CUDA(cudaFree(copy_src));
+    CHECK_CUDA(cudaFree(copy_dst));
+    const double copy_gbs = bytes / (t_copy * 1e-3) / 1e9;
+    int64_t cnt = 0;
+    // With the count: the call includes its read-back (one host round trip).
+    const double t_cnt = median_ms(s, 3, runs, [&] {
+      CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, &cnt));
+    });
+    // Without the count: asynchronous, one kernel.
+    const double t_nc = median_ms(s, 3, runs, [&] {
+      CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, nullptr));
+    });
+    // 20 back-to-back calls without count: the kernel alone, launch hidden.
+    const double t_20 =
+        median_ms(s, 1, std::max(5, runs / 5),
+                  [&] {
+                    for (int i = 0; i < 20; ++i)
+                      CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, nullptr));
+                  }) /
+        20.0;
+    const double floor_copy = bytes / (copy_gbs * 1e9) * 1e3;  // ms
+    const double floor_peak = peak_gbs > 0 ? bytes / (peak_gbs * 1e9) * 1e3 : 0;
+    std::printf(
+        "%10zu %11.0f %11.1f %11.1f %11.1f %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n",
+        n, copy_gbs, t_cnt * 1e3, t_nc * 1e3, t_20 * 1e3,
+        100.0 * floor_copy / t_cnt,
+        peak_gbs > 0 ? 100.0 * floor_peak / t_cnt : 0.0,
+        100.0 * floor_copy / t_20,
+        peak_gbs > 0 ? 100.0 * floor_peak / t_20 : 0.0);
+    CHECK_CUDA(cudaFree(r));
+    CHECK_CUDA(cudaFree(g));
+  }
+  std::printf(
+      "(%%copy/%%peak: floor time at the copy / theoretical bandwidth "
+      "over the measured time; 'acc+cnt' is the full call with its "
+      "count read back, 'nc' columns use 'acc x20', the kernel with "
+      "launches overlapped)\n");
+
+  // ---- (b) exact k-th |x|
+  // -----------------------------------------------------
+  {
+    const size_t n = 25000000, k = 250000;
+    std::printf("\n(b) exact k-th largest |x|, n = %zu, k = %zu\n", n, k);
+    float *x = nullptr;
+    unsigned *keys = nullptr, *keys_out = nullptr;
+    CHECK_CUDA(cudaMalloc(&x, n * 4));
+    CHECK_CUDA(cudaMalloc(&keys, n * 4));
+    CHECK_CUDA(cudaMalloc(&keys_out, n * 4));
+    fill(x, n, 3, s);
+    float thr = 0;
+    int64_t n_gt = 0;
+    const double t_kth = median_ms(s, 3, runs, [&] {
+      CHECK_PGS(ops->kth_abs(ops, x, n, k, &thr, &n_gt));
+    });
+    // Baseline: full CUB radix sort of the |x| bits (no selection at all).
+    size_t temp_bytes = 0;
+    CHECK_CUDA(cub::DeviceRadixSort::SortKeysDescending(
+        nullptr, temp_bytes, keys, keys_out, static_cast<int>(n), 0, 32, s));
+    void *temp = nullptr;
+    CHECK_CUDA(cudaMalloc(&temp, temp_bytes));
+    const double t_sort = median_ms(s, 3, runs, [&] {
+      abs_bits_kernel<<<1024, 256, 0, s>>>(x, keys, n);
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cub::DeviceRadixSort::SortKeysDescending(
+          temp, temp_bytes, keys, keys_out, static_cast<int>(n), 0, 32, s));
+    });
+    unsigned kth_bits = 0;
+    CHECK_CUDA(
+        cudaMemcpy(&kth_bits, keys_out + (k - 1), 4, cudaMemcpyDeviceToHost));
+    float sorted_kth = 0;
+    std::memcpy(&sorted_kth, &kth_bits, 4);
+    // Selection as the algorithms use it: kth_abs then compact to k pairs.
+    int32_t *idx = nullptr;
+    float *val = nullptr;
+    CHECK_CUDA(cudaMalloc(&idx, k * 4));
+    CHECK_CUDA(cudaMalloc(&val, k * 4));
+    int64_t got = 0;
+    const double t_topk = median_ms(s, 3, runs, [&] {
+      CHECK_PGS(ops->kth_abs(ops, x, n, k, &thr, &n_gt));
+      CHECK_PGS(ops->compact(ops, x, n, thr, static_cast<int64_t>(k) - n_gt, 0,
+                             idx, val, k, &got));
+    });
+    std::printf(
+        "kth_abs (radix select):          %8.1f us  thr=%.6g n_gt=%lld "
+        "(sort says %.6g)%s\n",
+        t_kth * 1e3, thr, static_cast<long long>(n_gt), sorted_kth,
+        thr == sorted_kth ? "" : "  MISMATCH");
+    std::printf("kth_abs + compact (top-k pairs): %8.1f us  (%lld pairs)\n",
+                t_topk * 1e3, static_cast<long long>(got));
+    std::printf("CUB full radix sort of |x|:      %8.1f us  (%.1fx kth_abs)\n",
+                t_sort * 1e3, t_sort / t_kth);
+    std::printf(
+        "torch.topk(x.abs(), k): run cuda/bench/bench_topk.py on this "
+        "machine and divide by the kth_abs time above\n");
+    CHECK_CUDA(cudaFree(temp));
+    CHECK_CUDA(cudaFree(x));
+    CHECK_CUDA(cudaFree(keys));
+    CHECK_CUDA(cudaFree(keys_out));
+    CHECK_CUDA(cudaFree(idx));
+    CHECK_CUDA(cudaFree(val));
+  }
+  pgs_ops_cuda_destroy(ops);
+  CHECK_CUDA(cudaStreamDestroy(s));
+  return 0;
+}

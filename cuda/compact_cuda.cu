@@ -1,0 +1,368 @@
+// Compaction kernels of the CUDA ops table: compact, select_pairs and
+// merge_pairs, all built on the ordered tile selection of tile_select.cuh.
+// Each call queues three kernels and reads back one pair of totals.
+#include "tile_select.cuh"
+
+namespace pgs_cuda {
+
+__global__ void __launch_bounds__(kScanThreads)
+    tile_scan_kernel(const uint2 *__restrict__ counts,
+                     unsigned long long ntiles, ulonglong2 *__restrict__ offs) {
+  using Scan = cub::BlockScan<unsigned long long, kScanThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const unsigned long long lo = ntiles * threadIdx.x / kScanThreads;
+  const unsigned long long hi = ntiles * (threadIdx.x + 1) / kScanThreads;
+  unsigned long long s1 = 0, s2 = 0;
+  for (unsigned long long i = lo; i < hi; ++i) {
+    const uint2 k = counts[i];
+    s1 += k.x;
+    s2 += k.y;
+  }
+  unsigned long long e1 = 0, e2 = 0;
+  Scan(tmp).ExclusiveSum(s1, e1);
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(s2, e2);
+  for (unsigned long long i = lo; i < hi; ++i) {
+    offs[i] = make_ulonglong2(e1, e2);
+    const uint2 k = counts[i];
+    e1 += k.x;
+    e2 += k.y;
+  }
+  if (threadIdx.x == kScanThreads - 1) offs[ntiles] = make_ulonglong2(e1, e2);
+}
+
+namespace {
+
+// The selection rule shared by compact and select_pairs: class 1 is
+// |v| > thr, class 2 is |v| == thr, zeros never; a tie is taken while fewer
+// than quota ties precede it. Its output slot is the number of elements
+// taken before it: before1 + min(before2, quota).
+struct Selector {
+  float thr;
+  unsigned long long quota;  // ~0 for "every tie"
+  __device__ __forceinline__ void flags(float v, bool &f1, bool &f2) const {
+    const float a = fabsf(v);
+    const bool nz = v != 0.0f;
+    f1 = nz && a > thr;
+    f2 = nz && a == thr;
+  }
+  // Output slot, or ~0 when the element is not taken.
+  __device__ __forceinline__ unsigned long long slot(
+      bool f1, bool f2, unsigned long long b1, unsigned long long b2) const {
+    if (!f1 && !(f2 && b2 < quota)) return ~0ull;
+    return b1 + (b2 < quota ? b2 : quota);
+  }
+};
+
+struct CompactOp {
+  using Item = float;
+  const float *x;
+  unsigned long long n;
+  Selector sel;
+  uint32_t offset;
+  int32_t *idx;
+  float *val;
+  unsigned long long cap;
+  __device__ bool load(unsigned long long v, float &it) const {
+    if (v >= n) return false;
+    it = x[v];
+    return true;
+  }
+  __device__ void flags(float it, bool &f1, bool &f2) const {
+    sel.flags(it, f1, f2);
+  }
+  __device__ void emit(unsigned long long v, float it, bool f1, bool f2,
+                       unsigned long long b1, unsigned long long b2) const {
+    const unsigned long long pos = sel.slot(f1, f2, b1, b2);
+    if (pos >= cap) return;  // not taken (~0) or past the capacity
+    idx[pos] = static_cast<int32_t>(static_cast<uint32_t>(v) + offset);
+    val[pos] = it;
+  }
+};
+
+struct Pair {
+  int32_t i;
+  float v;
+};
+
+struct PairsOp {
+  using Item = Pair;
+  const int32_t *idx;
+  const float *val;
+  unsigned long long m;
+  Selector sel;
+  int32_t *idx_out;
+  float *val_out;
+  unsigned long long cap;
+  __device__ bool load(unsigned long long j, Pair &it) const {
+    if (j >= m) return false;
+    it.i = idx[j];
+    it.v = val[j];
+    return true;
+  }
+  __device__ void flags(const Pair &it, bool &f1, bool &f2) const {
+    sel.flags(it.v, f1, f2);
+  }
+  __device__ void emit(unsigned long long, const Pair &it, bool f1, bool f2,
+                       unsigned long long b1, unsigned long long b2) const {
+    const unsigned long long pos = sel.slot(f1, f2, b1, b2);
+    if (pos >= cap) return;
+    idx_out[pos] = it.i;
+    val_out[pos] = it.v;
+  }
+};
+
+// Copies the selected pairs from scratch to an output that aliases the
+// input (the count is read on the device: no host round trip).
+__global__ void copy_selected_kernel(const int32_t *__restrict__ si,
+                                     const float *__restrict__ sv, int32_t *di,
+                                     float *dv, const ulonglong2 *total,
+                                     unsigned long long quota,
+                                     unsigned long long cap) {
+  const ulonglong2 t = *total;
+  unsigned long long count = t.x + (t.y < quota ? t.y : quota);
+  if (count > cap) count = cap;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < count; j += stride) {
+    di[j] = si[j];
+    dv[j] = sv[j];
+  }
+}
+
+// merge_pairs. Elements [0, a_span) are list a (tile-aligned), the rest list
+// b. The count pass finds for every element the position of its index in
+// the other list (lower bound, kept in lb) and flags class 2 when the index
+// occurs there. Then for strictly ascending lists
+//   pos(a_i) = i + lb(a_i) - #matched a before i,
+//   pos(b_j) = j + lb(b_j) - #matched b before j   (matched b_j are skipped:
+//                                                   a_i carries va + vb).
+struct MergeSide {
+  const int32_t *key;
+  const float *val;
+  unsigned long long n;
+};
+
+struct MergeItem {
+  int32_t key;
+  uint32_t lb;  // lower bound of key in the other list
+  bool matched;
+};
+
+struct MergeBase {
+  MergeSide a, b;
+  unsigned long long a_span;
+  uint32_t *lb;  // na + nb lower bounds
+  // Which list v is in and where; field-wise selects, no pointer into the
+  // kernel parameters (which would copy them to local memory).
+  __device__ bool in_a(unsigned long long v) const { return v < a_span; }
+  __device__ unsigned long long pos(unsigned long long v) const {
+    return in_a(v) ? v : v - a_span;
+  }
+  __device__ unsigned long long lb_slot(unsigned long long v) const {
+    return in_a(v) ? v : a.n + (v - a_span);
+  }
+  __device__ bool locate(unsigned long long v, MergeItem &it) const {
+    const unsigned long long p = pos(v);
+    if (p >= (in_a(v) ? a.n : b.n)) return false;
+    it.key = (in_a(v) ? a.key : b.key)[p];
+    return true;
+  }
+  __device__ bool match(unsigned long long v, const MergeItem &it) const {
+    const unsigned long long on = in_a(v) ? b.n : a.n;
+    return it.lb < on && (in_a(v) ? b.key : a.key)[it.lb] == it.key;
+  }
+  __device__ void flags(const MergeItem &it, bool &f1, bool &f2) const {
+    f1 = false;
+    f2 = it.matched;
+  }
+};
+
+struct MergeCountOp : MergeBase {
+  using Item = MergeItem;
+  __device__ bool load(unsigned long long v, MergeItem &it) const {
+    if (!locate(v, it)) return false;
+    it.lb =
+        static_cast<uint32_t>(in_a(v) ? lower_bound_i32(b.key, b.n, it.key)
+                                      : lower_bound_i32(a.key, a.n, it.key));
+    it.matched = match(v, it);
+    lb[lb_slot(v)] = it.lb;
+    return true;
+  }
+};
+
+struct MergeWriteOp : MergeBase {
+  using Item = MergeItem;
+  const ulonglong2 *offs;  // offs[a_tiles].y: matched entries of a
+  unsigned long long a_tiles;
+  int32_t *io;
+  float *vo;
+  unsigned long long cap;
+  __device__ bool load(unsigned long long v, MergeItem &it) const {
+    if (!locate(v, it)) return false;
+    it.lb = lb[lb_slot(v)];
+    it.matched = match(v, it);
+    return true;
+  }
+  __device__ void emit(unsigned long long v, const MergeItem &it, bool, bool,
+                       unsigned long long, unsigned long long b2) const {
+    const bool is_a = in_a(v);
+    if (!is_a && it.matched) return;  // carried by its partner in a
+    const unsigned long long before =
+        is_a ? b2 : b2 - offs[a_tiles].y;  // matched before, same list
+    const unsigned long long p = pos(v);
+    const unsigned long long at = p + it.lb - before;
+    if (at >= cap) return;
+    float val = (is_a ? a.val : b.val)[p];
+    // va + vb (the add is commutative, so the order only documents intent).
+    if (it.matched) val = __fadd_rn(val, b.val[it.lb]);
+    io[at] = it.key;
+    vo[at] = val;
+  }
+};
+
+unsigned long long quota_of(int64_t eq_quota) {
+  return eq_quota < 0 ? ~0ull : static_cast<unsigned long long>(eq_quota);
+}
+
+int64_t selected_count(ulonglong2 t, unsigned long long quota) {
+  return static_cast<int64_t>(t.x + (t.y < quota ? t.y : quota));
+}
+
+}  // namespace
+
+// ---- entry points ---------------------------------------------------------
+
+int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
+            int64_t eq_quota, int32_t idx_offset, int32_t *idx, float *val,
+            size_t cap, int64_t *count_host) {
+  if (count_host == nullptr || (x == nullptr && n > 0)) return PGS_ERR_INVALID;
+  if ((idx == nullptr || val == nullptr) && cap > 0) return PGS_ERR_INVALID;
+  if (idx_offset < 0) return PGS_ERR_INVALID;
+  if (n > 0 && static_cast<uint64_t>(idx_offset) + (n - 1) >
+                   static_cast<uint64_t>(INT32_MAX))
+    return PGS_ERR_UNSUPPORTED;
+  if (n == 0) {
+    *count_host = 0;
+    return PGS_OK;
+  }
+  PGS_ENTER(ops, c);
+  const unsigned long long ntiles = tiles_for(n);
+  Carve measure(nullptr);
+  TileScratch ts;
+  ts.carve(measure, ntiles);
+  PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
+  Carve cv(c->work.ptr);
+  ts.carve(cv, ntiles);
+  const Selector sel{thr, quota_of(eq_quota)};
+  const CompactOp op{x,   n,   sel, static_cast<uint32_t>(idx_offset),
+                     idx, val, cap};
+  PGS_RETURN_IF(tile_select(c, ntiles, op, op, ts));
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, ts.offs + ntiles, sizeof(ulonglong2), &host));
+  const int64_t count =
+      selected_count(*static_cast<const ulonglong2 *>(host), sel.quota);
+  *count_host = count;
+  return static_cast<uint64_t>(count) > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+}
+
+int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
+                 size_t m, float thr, int64_t eq_quota, int32_t *idx_out,
+                 float *val_out, size_t cap, int64_t *count_host) {
+  if (count_host == nullptr || ((idx == nullptr || val == nullptr) && m > 0))
+    return PGS_ERR_INVALID;
+  if ((idx_out == nullptr || val_out == nullptr) && cap > 0)
+    return PGS_ERR_INVALID;
+  if (m == 0) {
+    *count_host = 0;
+    return PGS_OK;
+  }
+  PGS_ENTER(ops, c);
+  const unsigned long long ntiles = tiles_for(m);
+  const size_t out_n = cap < m ? cap : m;  // never more than m are selected
+  // An output overlapping the input goes through scratch: blocks of later
+  // tiles would otherwise overwrite pairs earlier tiles have not read yet.
+  const bool alias = overlaps(idx_out, out_n * 4, idx, m * 4) ||
+                     overlaps(idx_out, out_n * 4, val, m * 4) ||
+                     overlaps(val_out, out_n * 4, idx, m * 4) ||
+                     overlaps(val_out, out_n * 4, val, m * 4);
+  TileScratch ts;
+  int32_t *si = nullptr;
+  float *sv = nullptr;
+  Carve measure(nullptr);
+  ts.carve(measure, ntiles);
+  if (alias) {
+    measure.take<int32_t>(out_n);
+    measure.take<float>(out_n);
+  }
+  PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
+  Carve cv(c->work.ptr);
+  ts.carve(cv, ntiles);
+  if (alias) {
+    si = cv.take<int32_t>(out_n);
+    sv = cv.take<float>(out_n);
+  }
+  const Selector sel{thr, quota_of(eq_quota)};
+  const PairsOp op{idx, val, m, sel, alias ? si : idx_out, alias ? sv : val_out,
+                   cap};
+  PGS_RETURN_IF(tile_select(c, ntiles, op, op, ts));
+  if (alias && out_n > 0) {
+    copy_selected_kernel<<<grid_for(c, copy_selected_kernel, out_n, 4),
+                           kThreads, 0, c->stream>>>(
+        si, sv, idx_out, val_out, ts.offs + ntiles, sel.quota, cap);
+    PGS_LAUNCHED();
+  }
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, ts.offs + ntiles, sizeof(ulonglong2), &host));
+  const int64_t count =
+      selected_count(*static_cast<const ulonglong2 *>(host), sel.quota);
+  *count_host = count;
+  return static_cast<uint64_t>(count) > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+}
+
+int merge_pairs(const pgs_ops_t *ops, const int32_t *ia, const float *va,
+                size_t na, const int32_t *ib, const float *vb, size_t nb,
+                int32_t *io, float *vo, size_t cap, int64_t *count_host) {
+  if (count_host == nullptr) return PGS_ERR_INVALID;
+  if ((ia == nullptr || va == nullptr) && na > 0) return PGS_ERR_INVALID;
+  if ((ib == nullptr || vb == nullptr) && nb > 0) return PGS_ERR_INVALID;
+  if ((io == nullptr || vo == nullptr) && cap > 0) return PGS_ERR_INVALID;
+  if (na + nb == 0) {
+    *count_host = 0;
+    return PGS_OK;
+  }
+  if (na > UINT32_MAX || nb > UINT32_MAX) return PGS_ERR_UNSUPPORTED;
+  PGS_ENTER(ops, c);
+  const unsigned long long a_tiles = tiles_for(na);
+  const unsigned long long ntiles = a_tiles + tiles_for(nb);
+  TileScratch ts;
+  Carve measure(nullptr);
+  ts.carve(measure, ntiles);
+  measure.take<uint32_t>(na + nb);
+  PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
+  Carve cv(c->work.ptr);
+  ts.carve(cv, ntiles);
+  uint32_t *lb = cv.take<uint32_t>(na + nb);
+  MergeCountOp count_op;
+  count_op.a = MergeSide{ia, va, na};
+  count_op.b = MergeSide{ib, vb, nb};
+  count_op.a_span = a_tiles * kTile;
+  count_op.lb = lb;
+  MergeWriteOp write_op;
+  static_cast<MergeBase &>(write_op) = count_op;
+  write_op.offs = ts.offs;
+  write_op.a_tiles = a_tiles;
+  write_op.io = io;
+  write_op.vo = vo;
+  write_op.cap = cap;
+  PGS_RETURN_IF(tile_select(c, ntiles, count_op, write_op, ts));
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, ts.offs + a_tiles, sizeof(ulonglong2), &host));
+  // Entries of a found in b: the union is na + nb minus those.
+  const unsigned long long common = static_cast<const ulonglong2 *>(host)->y;
+  const int64_t count = static_cast<int64_t>(na + nb - common);
+  *count_host = count;
+  return static_cast<uint64_t>(count) > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+}
+
+}  // namespace pgs_cuda

@@ -1,0 +1,258 @@
+// Index-driven kernels of the CUDA ops table: gather, zero_at, scatter_add
+// and zero_common.
+//
+// Indices may come from peers, so each call first runs a validation kernel
+// over all of them and reads back one flag word; only when every index is in
+// range are the writes queued. A bad message therefore leaves memory exactly
+// as it was, and each call waits for the device once (for that flag).
+#include <cub/device/device_radix_sort.cuh>
+
+#include "ops_cuda_internal.cuh"
+
+namespace pgs_cuda {
+namespace {
+
+constexpr unsigned kBadIndex = 1u;
+constexpr unsigned kNotAscending = 2u;
+
+// Sets kBadIndex in *flags if some idx[j] + offset is outside [0, n), and
+// with check_order kNotAscending if the list is not strictly ascending.
+__global__ void __launch_bounds__(kThreads)
+    validate_kernel(const int32_t *__restrict__ idx, size_t m, long long offset,
+                    size_t n, bool check_order, unsigned *flags) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  int bad = 0, unordered = 0;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < m; j += stride) {
+    const long long i = static_cast<long long>(idx[j]) + offset;
+    bad |= (i < 0) | (static_cast<unsigned long long>(i) >= n);
+    if (check_order && j + 1 < m) unordered |= idx[j] >= idx[j + 1];
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flags, kBadIndex);
+  if (check_order && __syncthreads_or(unordered) && threadIdx.x == 0)
+    atomicOr(flags, kNotAscending);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    gather_kernel(const float *__restrict__ x, const int32_t *__restrict__ idx,
+                  size_t m, float *__restrict__ val) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < m; j += stride)
+    val[j] = x[idx[j]];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    zero_at_kernel(float *x, const int32_t *__restrict__ idx, size_t m) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < m; j += stride)
+    x[idx[j]] = 0.0f;
+}
+
+// The host's product: rounded to float before the add, and skipped at
+// scale 1 so the sum is exactly x + val. The _rn intrinsics keep nvcc from
+// contracting the two into a fused multiply-add.
+__device__ __forceinline__ float scaled(float v, float scale) {
+  return scale == 1.0f ? v : __fmul_rn(scale, v);
+}
+
+// Strictly ascending indices: every target is written by one thread.
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_unique_kernel(float *x, const int32_t *__restrict__ idx,
+                              const float *__restrict__ val, size_t m,
+                              float scale) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < m; j += stride) {
+    const int32_t i = idx[j];
+    x[i] = __fadd_rn(x[i], scaled(val[j], scale));
+  }
+}
+
+__global__ void iota_kernel(uint32_t *out, size_t m) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < m; j += stride)
+    out[j] = static_cast<uint32_t>(j);
+}
+
+// Repeated indices: pairs stably sorted by index, so each run of one index
+// lists its j in increasing order; the run's first thread adds them in that
+// order, exactly as the host's serial loop does.
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_runs_kernel(float *x, const uint32_t *__restrict__ keys,
+                            const uint32_t *__restrict__ order,
+                            const float *__restrict__ val, size_t m,
+                            float scale) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t s = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       s < m; s += stride) {
+    const uint32_t i = keys[s];
+    if (s > 0 && keys[s - 1] == i) continue;
+    float acc = x[i];
+    for (size_t t = s; t < m && keys[t] == i; ++t)
+      acc = __fadd_rn(acc, scaled(val[order[t]], scale));
+    x[i] = acc;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    zero_common_kernel(float *x, const int32_t *__restrict__ a, size_t na,
+                       long long a_offset, const int32_t *__restrict__ b,
+                       size_t nb) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < na; j += stride) {
+    const long long ai = static_cast<long long>(a[j]) + a_offset;
+    const unsigned long long p = lower_bound_i32(b, nb, ai);
+    if (p < nb && b[p] == ai) x[ai] = 0.0f;
+  }
+}
+
+// Queues validation of idx (+ offset) against n into the flag word.
+int validate_launch(Ctx *c, const int32_t *idx, size_t m, long long offset,
+                    size_t n, bool check_order, unsigned *flags) {
+  if (m == 0) return PGS_OK;
+  validate_kernel<<<grid_for(c, validate_kernel, m, 8), kThreads, 0,
+                    c->stream>>>(idx, m, offset, n, check_order, flags);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+int flags_begin(Ctx *c, unsigned **flags) {
+  *flags = static_cast<unsigned *>(c->small.ptr);
+  PGS_CU(cudaMemsetAsync(*flags, 0, sizeof(unsigned), c->stream));
+  return PGS_OK;
+}
+
+int flags_end(Ctx *c, const unsigned *flags, unsigned *out) {
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, flags, sizeof(unsigned), &host));
+  *out = *static_cast<const unsigned *>(host);
+  return PGS_OK;
+}
+
+// Validates one index list against n; *flags_out gets the flag word.
+int validate(Ctx *c, const int32_t *idx, size_t m, size_t n, bool check_order,
+             unsigned *flags_out) {
+  unsigned *flags = nullptr;
+  PGS_RETURN_IF(flags_begin(c, &flags));
+  PGS_RETURN_IF(validate_launch(c, idx, m, 0, n, check_order, flags));
+  return flags_end(c, flags, flags_out);
+}
+
+// scatter_add with repeated indices: stable radix sort of (index, j).
+int scatter_add_sorted(Ctx *c, float *x, size_t n, const int32_t *idx,
+                       const float *val, size_t m, float scale) {
+  int end_bit = 1;
+  while (end_bit < 32 && (static_cast<uint64_t>(n - 1) >> end_bit) != 0)
+    ++end_bit;
+  const auto *keys_in = reinterpret_cast<const uint32_t *>(idx);  // all >= 0
+  const int items = static_cast<int>(m);
+  size_t temp_bytes = 0;
+  PGS_CU(cub::DeviceRadixSort::SortPairs(
+      nullptr, temp_bytes, keys_in, static_cast<uint32_t *>(nullptr),
+      static_cast<const uint32_t *>(nullptr), static_cast<uint32_t *>(nullptr),
+      items, 0, end_bit, c->stream));
+  Carve measure(nullptr);
+  measure.take<uint32_t>(m);
+  measure.take<uint32_t>(m);
+  measure.take<uint32_t>(m);
+  measure.take<char>(temp_bytes);
+  PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
+  Carve cv(c->work.ptr);
+  uint32_t *order_in = cv.take<uint32_t>(m);
+  uint32_t *keys_out = cv.take<uint32_t>(m);
+  uint32_t *order_out = cv.take<uint32_t>(m);
+  void *temp = cv.take<char>(temp_bytes);
+  iota_kernel<<<grid_for(c, iota_kernel, m, 4), kThreads, 0, c->stream>>>(
+      order_in, m);
+  PGS_LAUNCHED();
+  PGS_CU(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out,
+                                         order_in, order_out, items, 0, end_bit,
+                                         c->stream));
+  scatter_add_runs_kernel<<<grid_for(c, scatter_add_runs_kernel, m, 4),
+                            kThreads, 0, c->stream>>>(x, keys_out, order_out,
+                                                      val, m, scale);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+}  // namespace
+
+// ---- entry points ---------------------------------------------------------
+
+int gather(const pgs_ops_t *ops, const float *x, size_t n, const int32_t *idx,
+           size_t m, float *val) {
+  if (m == 0) return PGS_OK;
+  if (idx == nullptr || val == nullptr || (x == nullptr && n > 0))
+    return PGS_ERR_INVALID;
+  PGS_ENTER(ops, c);
+  unsigned flags = 0;
+  PGS_RETURN_IF(validate(c, idx, m, n, false, &flags));
+  if (flags & kBadIndex) return PGS_ERR_INDEX;
+  gather_kernel<<<grid_for(c, gather_kernel, m, 4), kThreads, 0, c->stream>>>(
+      x, idx, m, val);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+int zero_at(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
+            size_t m) {
+  if (m == 0) return PGS_OK;
+  if (idx == nullptr || (x == nullptr && n > 0)) return PGS_ERR_INVALID;
+  PGS_ENTER(ops, c);
+  unsigned flags = 0;
+  PGS_RETURN_IF(validate(c, idx, m, n, false, &flags));
+  if (flags & kBadIndex) return PGS_ERR_INDEX;
+  // Repeated indices all write 0: no ordering needed.
+  zero_at_kernel<<<grid_for(c, zero_at_kernel, m, 4), kThreads, 0, c->stream>>>(
+      x, idx, m);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+int scatter_add(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
+                const float *val, size_t m, float scale) {
+  if (m == 0) return PGS_OK;
+  if (idx == nullptr || val == nullptr || (x == nullptr && n > 0))
+    return PGS_ERR_INVALID;
+  PGS_ENTER(ops, c);
+  unsigned flags = 0;
+  PGS_RETURN_IF(validate(c, idx, m, n, true, &flags));
+  if (flags & kBadIndex) return PGS_ERR_INDEX;
+  if ((flags & kNotAscending) == 0) {
+    scatter_add_unique_kernel<<<grid_for(c, scatter_add_unique_kernel, m, 4),
+                                kThreads, 0, c->stream>>>(x, idx, val, m,
+                                                          scale);
+    PGS_LAUNCHED();
+    return PGS_OK;
+  }
+  if (m > static_cast<size_t>(INT32_MAX)) return PGS_ERR_UNSUPPORTED;
+  return scatter_add_sorted(c, x, n, idx, val, m, scale);
+}
+
+int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
+                size_t na, int32_t a_offset, const int32_t *b, size_t nb) {
+  if ((a == nullptr && na > 0) || (b == nullptr && nb > 0))
+    return PGS_ERR_INVALID;
+  if (na == 0 || nb == 0) return PGS_OK;
+  if (x == nullptr && n > 0) return PGS_ERR_INVALID;
+  PGS_ENTER(ops, c);
+  unsigned *dflags = nullptr;
+  PGS_RETURN_IF(flags_begin(c, &dflags));
+  PGS_RETURN_IF(validate_launch(c, a, na, a_offset, n, false, dflags));
+  PGS_RETURN_IF(validate_launch(c, b, nb, 0, n, false, dflags));
+  unsigned flags = 0;
+  PGS_RETURN_IF(flags_end(c, dflags, &flags));
+  if (flags & kBadIndex) return PGS_ERR_INDEX;
+  // Each entry of a looks itself up in b: repeated entries in either list
+  // are handled, as by the host's merge walk.
+  zero_common_kernel<<<grid_for(c, zero_common_kernel, na, 4), kThreads, 0,
+                       c->stream>>>(x, a, na, a_offset, b, nb);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+}  // namespace pgs_cuda

@@ -1,0 +1,279 @@
+// Internal declarations of the CUDA ops table: the table state, scratch
+// management, error handling and device helpers shared by the .cu files.
+// Not part of the public API.
+#ifndef PG_SPARSE_CUDA_OPS_CUDA_INTERNAL_CUH
+#define PG_SPARSE_CUDA_OPS_CUDA_INTERNAL_CUH
+
+#include <cuda_runtime.h>
+#include <pg_sparse/ops.h>
+#include <pg_sparse/ops_cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace pgs_cuda {
+
+// ---- table state -----------------------------------------------------------
+
+// One growable buffer (device or pinned host). Grows, never shrinks, until
+// the table is destroyed: steady-state calls allocate nothing.
+struct Scratch {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// Resident blocks per multiprocessor of one kernel (occupancy), cached.
+struct Occupancy {
+  const void *fn;
+  int blocks;
+};
+
+struct Ctx {
+  pgs_ops_t table;  // what pgs_ops_cuda_create hands out; table.ctx == this
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  int sms = 1;  // multiprocessors, for grid sizing
+  Occupancy occ[64] = {};
+  int n_occ = 0;
+  Scratch small;   // device: counters, histograms, flags, radix state
+  Scratch pinned;  // pinned host: counts read back, bounds sent
+  Scratch work;    // device: tile counts, candidates, CUB temp storage
+};
+
+inline Ctx *ctx_of(const pgs_ops_t *ops) {
+  return static_cast<Ctx *>(ops->ctx);
+}
+
+// Grows a scratch buffer to at least @p bytes (device or pinned host).
+int ensure_device(Scratch *s, size_t bytes);
+int ensure_pinned(Scratch *s, size_t bytes);
+
+// Copies @p bytes of device memory into the pinned scratch (offset 0) and
+// waits for the stream: the one host round trip of a call. Returns the
+// pinned pointer through @p host.
+int read_back(Ctx *c, const void *dev, size_t bytes, void **host);
+
+// Makes ctx->device current for the scope and restores the caller's device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ok_ = cudaSetDevice(device) == cudaSuccess;
+      return;
+    }
+    if (cur != device) {
+      ok_ = cudaSetDevice(device) == cudaSuccess;
+      if (ok_) prev_ = cur;
+    }
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) (void)cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard &) = delete;
+  DeviceGuard &operator=(const DeviceGuard &) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  int prev_ = -1;
+  bool ok_ = true;
+};
+
+// Returns PGS_ERR_DEVICE from the calling function on a CUDA error (after
+// clearing it, so one failure does not poison later calls where CUDA allows).
+#define PGS_CU(expr)             \
+  do {                           \
+    cudaError_t pgs_e_ = (expr); \
+    if (pgs_e_ != cudaSuccess) { \
+      (void)cudaGetLastError();  \
+      return PGS_ERR_DEVICE;     \
+    }                            \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors and earlier faults.
+#define PGS_LAUNCHED() PGS_CU(cudaGetLastError())
+
+// Every entry point starts with this: the table's device current.
+#define PGS_ENTER(ops, c)            \
+  Ctx *c = ctx_of(ops);              \
+  DeviceGuard pgs_guard_(c->device); \
+  if (!pgs_guard_.ok()) {            \
+    (void)cudaGetLastError();        \
+    return PGS_ERR_DEVICE;           \
+  }
+
+#define PGS_RETURN_IF(st)                  \
+  do {                                     \
+    int pgs_st_ = (st);                    \
+    if (pgs_st_ != PGS_OK) return pgs_st_; \
+  } while (0)
+
+// ---- launch geometry ------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+// How many blocks of @p threads of kernel @p fn fit on one multiprocessor
+// at once (cached per kernel; 1 if CUDA cannot say).
+int resident_blocks(Ctx *c, const void *fn, int threads);
+
+// Blocks for a grid-stride kernel over @p items, each thread taking about
+// @p per_thread of them per step: at most what the device holds resident at
+// once. A larger grid would run in a second, partial wave: every block has
+// the same share, so the last blocks would start late and finish alone.
+template <class Kernel>
+unsigned grid_for(Ctx *c, Kernel kernel, size_t items, size_t per_thread,
+                  int threads = kThreads) {
+  const size_t per_block = static_cast<size_t>(threads) * per_thread;
+  size_t want = (items + per_block - 1) / per_block;
+  const size_t cap =
+      static_cast<size_t>(c->sms) *
+      resident_blocks(c, reinterpret_cast<const void *>(kernel), threads);
+  if (want > cap) want = cap;
+  if (want < 1) want = 1;
+  return static_cast<unsigned>(want);
+}
+
+// Carves aligned sub-buffers out of one scratch allocation. Run once with a
+// null base to measure, then with the real base.
+class Carve {
+ public:
+  explicit Carve(void *base) : base_(static_cast<char *>(base)) {}
+  template <class T>
+  T *take(size_t count) {
+    off_ = (off_ + 255) & ~static_cast<size_t>(255);
+    T *p = base_ ? reinterpret_cast<T *>(base_ + off_) : nullptr;
+    off_ += count * sizeof(T);
+    return p;
+  }
+  size_t bytes() const { return off_ + 256; }
+
+ private:
+  char *base_;
+  size_t off_ = 0;
+};
+
+// Whether the byte ranges [a, a + na) and [b, b + nb) overlap.
+inline bool overlaps(const void *a, size_t na, const void *b, size_t nb) {
+  if (na == 0 || nb == 0 || a == nullptr || b == nullptr) return false;
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + nb && pb < pa + na;
+}
+
+// ---- device helpers ---------------------------------------------------------
+
+// Bits of |x|: for non-negative floats (NaN above +Inf) their unsigned order
+// is the numeric order, which makes the radix select exact.
+__device__ __forceinline__ uint32_t abs_bits(float x) {
+  return __float_as_uint(x) & 0x7fffffffu;
+}
+
+__device__ __forceinline__ unsigned lanemask_lt() {
+  unsigned m;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+
+// Number of leading elements of x before a 16-byte boundary (at most n).
+__device__ __forceinline__ size_t head_to_align16(const void *x, size_t n) {
+  size_t h = ((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) / 4;
+  return h < n ? h : n;
+}
+
+// Calls f(i, x[i]) for every i < n, once each, over the whole grid: a scalar
+// head up to 16-byte alignment, float4 loads (UNROLL in flight per thread)
+// for the body, a scalar tail.
+template <int UNROLL, class F>
+__device__ __forceinline__ void for_each_float(const float *__restrict__ x,
+                                               size_t n, F &&f) {
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t head = head_to_align16(x, n);
+  if (tid < head) f(tid, x[tid]);
+  const float4 *v = reinterpret_cast<const float4 *>(x + head);
+  const size_t nv = (n - head) / 4;
+  size_t j = tid;
+  for (; j + (UNROLL - 1) * stride < nv; j += UNROLL * stride) {
+    float4 t[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) t[u] = v[j + u * stride];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const size_t i = head + 4 * (j + u * stride);
+      f(i, t[u].x);
+      f(i + 1, t[u].y);
+      f(i + 2, t[u].z);
+      f(i + 3, t[u].w);
+    }
+  }
+  for (; j < nv; j += stride) {
+    const float4 t = v[j];
+    const size_t i = head + 4 * j;
+    f(i, t.x);
+    f(i + 1, t.y);
+    f(i + 2, t.z);
+    f(i + 3, t.w);
+  }
+  const size_t tail0 = head + 4 * nv;
+  if (tid < n - tail0) f(tail0 + tid, x[tail0 + tid]);
+}
+
+// First position p in the ascending list a[0..n) with a[p] >= key.
+__device__ __forceinline__ unsigned long long lower_bound_i32(
+    const int32_t *__restrict__ a, unsigned long long n, long long key) {
+  unsigned long long lo = 0, hi = n;
+  while (lo < hi) {
+    const unsigned long long mid = lo + (hi - lo) / 2;
+    if (static_cast<long long>(a[mid]) < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+// ---- entry points (signatures of pgs_ops_t) ---------------------------------
+
+// elementwise_cuda.cu
+int accumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n,
+               float thr, int64_t *n_ge);
+int scale(const pgs_ops_t *ops, float *x, size_t n, float s);
+int count_nonfinite(const pgs_ops_t *ops, const float *x, size_t n,
+                    int64_t *count);
+int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
+             double *std);
+
+// select_cuda.cu
+int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
+                  const int64_t *bounds_host, int nreg, float thr,
+                  int64_t *n_gt_host, int64_t *n_eq_host);
+int kth_abs(const pgs_ops_t *ops, const float *x, size_t n, size_t k,
+            float *thr, int64_t *n_gt);
+int hist_abs(const pgs_ops_t *ops, const float *x, size_t n, int level,
+             uint32_t prefix, int64_t *hist_host);
+
+// compact_cuda.cu
+int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
+            int64_t eq_quota, int32_t idx_offset, int32_t *idx, float *val,
+            size_t cap, int64_t *count_host);
+int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
+                 size_t m, float thr, int64_t eq_quota, int32_t *idx_out,
+                 float *val_out, size_t cap, int64_t *count_host);
+int merge_pairs(const pgs_ops_t *ops, const int32_t *ia, const float *va,
+                size_t na, const int32_t *ib, const float *vb, size_t nb,
+                int32_t *io, float *vo, size_t cap, int64_t *count_host);
+
+// index_cuda.cu
+int gather(const pgs_ops_t *ops, const float *x, size_t n, const int32_t *idx,
+           size_t m, float *val);
+int zero_at(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
+            size_t m);
+int scatter_add(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
+                const float *val, size_t m, float scale);
+int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
+                size_t na, int32_t a_offset, const int32_t *b, size_t nb);
+
+}  // namespace pgs_cuda
+
+#endif  // PG_SPARSE_CUDA_OPS_CUDA_INTERNAL_CUH

@@ -1,0 +1,405 @@
+// Selection kernels of the CUDA ops table: threshold counts per region, the
+// radix histograms of |x| and the exact k-th largest |x| by radix select.
+//
+// Everything orders |x| by the bits of the float with the sign cleared, as
+// the host table does, so NaN sorts above Inf and denormals below every
+// normal number, and both tables agree bit for bit.
+#include <cub/block/block_reduce.cuh>
+
+#include "ops_cuda_internal.cuh"
+
+namespace pgs_cuda {
+namespace {
+
+// ---- count_regions --------------------------------------------------------
+
+constexpr int kRegionItems = 16;
+constexpr long long kRegionTile =
+    static_cast<long long>(kThreads) * kRegionItems;
+
+// Region j of element i: the last j < nreg with bounds[j] <= i (bounds
+// ascend, so that region is not empty and holds i).
+__device__ __forceinline__ int region_of(const long long *bounds, int lo,
+                                         int hi, long long i) {
+  // Invariant: bounds[lo] <= i, answer in [lo, hi].
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (bounds[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+// Counts |x| > thr and |x| == thr (x != 0) per region into out[2j], out[2j+1].
+// Each block takes a contiguous run of tiles. A tile inside one region adds
+// into per-thread counters that are flushed (one block reduction, two
+// atomics) only when the region changes; a tile across a boundary counts
+// element by element with atomics (at most nreg - 1 such tiles).
+__global__ void __launch_bounds__(kThreads)
+    count_regions_kernel(const float *__restrict__ x,
+                         const long long *__restrict__ bounds, int nreg,
+                         float thr, unsigned long long *out) {
+  using Reduce = cub::BlockReduce<unsigned long long, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const long long b0 = bounds[0], bn = bounds[nreg];
+  const long long ntiles = (bn - b0 + kRegionTile - 1) / kRegionTile;
+  const long long t0 = ntiles * blockIdx.x / gridDim.x;
+  const long long t1 = ntiles * (blockIdx.x + 1) / gridDim.x;
+  int cur = -1;
+  unsigned long long gt = 0, eq = 0;
+  auto flush = [&]() {
+    const unsigned long long g = Reduce(tmp).Sum(gt);
+    __syncthreads();
+    const unsigned long long e = Reduce(tmp).Sum(eq);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (g != 0) atomicAdd(out + 2 * cur, g);
+      if (e != 0) atomicAdd(out + 2 * cur + 1, e);
+    }
+    gt = 0;
+    eq = 0;
+  };
+  for (long long t = t0; t < t1; ++t) {
+    const long long s = b0 + t * kRegionTile;
+    const long long e = s + kRegionTile < bn ? s + kRegionTile : bn;
+    const int rlo = region_of(bounds, 0, nreg - 1, s);
+    const int rhi = region_of(bounds, rlo, nreg - 1, e - 1);
+    float v[kRegionItems];
+#pragma unroll
+    for (int r = 0; r < kRegionItems; ++r) {
+      const long long i = s + r * kThreads + threadIdx.x;
+      v[r] = i < e ? x[i] : 0.0f;
+    }
+    if (rlo == rhi) {  // block-uniform
+      if (rlo != cur) {
+        if (cur >= 0) flush();
+        cur = rlo;
+      }
+#pragma unroll
+      for (int r = 0; r < kRegionItems; ++r) {
+        const float a = fabsf(v[r]);
+        gt += (a > thr) & (v[r] != 0.0f);
+        eq += (a == thr) & (v[r] != 0.0f);
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRegionItems; ++r) {
+        const float a = fabsf(v[r]);
+        const bool g = (a > thr) & (v[r] != 0.0f);
+        const bool q = (a == thr) & (v[r] != 0.0f);
+        if (g || q) {
+          const long long i = s + r * kThreads + threadIdx.x;
+          const int j = region_of(bounds, rlo, rhi, i);
+          atomicAdd(out + 2 * j + (g ? 0 : 1), 1ull);
+        }
+      }
+    }
+  }
+  if (cur >= 0) flush();
+}
+
+// ---- radix histograms -----------------------------------------------------
+
+// Device state of one radix select (kth_abs); the pick kernels fill it in
+// between histogram passes so the host waits only once, for the answer.
+struct RadixState {
+  unsigned long long hist[PGS_HIST_LEVELS][PGS_HIST_BINS];
+  unsigned long long rank;         // rank of the answer inside the prefix
+  unsigned long long above;        // entries above the prefix so far
+  unsigned long long cand_n;       // candidates in the buffer (mode 1)
+  unsigned long long cand_cursor;  // append position while compacting
+  unsigned prefix;                 // bits of the answer fixed so far
+  int mode;                        // 0: passes read x; 1: the candidates
+  int compact_next;                // the next pass also writes candidates
+  int done;                        // answer known (thr, n_gt set)
+  float thr;
+  long long n_gt;
+};
+
+// Shared sub-histograms: lanes use copy (lane & 7), rows padded to 257 so
+// the copies of one bin sit in different banks. Real |x| clusters in a few
+// exponent bins; the copies keep same-address atomics within a warp to four.
+constexpr int kHistCopies = 8;
+constexpr int kHistStride = PGS_HIST_BINS + 1;
+
+// Elements per thread and chunk of the histogram passes, and the block's
+// candidate staging buffer (room for two chunks: flushed when more than one
+// chunk's worth is held).
+constexpr int kHistItems = 16;
+constexpr unsigned kHistChunk = kThreads * kHistItems;
+constexpr unsigned kCandBuf = 2 * kHistChunk;
+
+// One level's histogram of the bits of |x| over nonzero entries whose top
+// 8*level bits equal the prefix, added into @p hist.
+//
+// With @p st (kth_abs) the prefix, the input and whether to compact come
+// from the state: in mode 0 the pass reads x, in mode 1 the candidate list
+// (bits of |x| that matched an earlier prefix). With COMPACT and the state's
+// compact_next, the matching entries of x are also appended to @p cand_out,
+// so the remaining levels read a short list instead of all of x. Appends are
+// staged in shared memory (one shared atomic per warp and row) and flushed
+// with one global atomic per 4096+ candidates: a global atomic per warp on
+// one counter would serialise the whole pass.
+//
+// Each block takes chunks of kHistChunk consecutive entries (coalesced
+// 4-byte loads, kHistItems in flight per thread), so every barrier is
+// reached by the whole block.
+template <bool COMPACT>
+__global__ void __launch_bounds__(kThreads)
+    radix_hist_kernel(const float *__restrict__ x, size_t n,
+                      const uint32_t *cand, int level, uint32_t prefix,
+                      unsigned long long *hist, RadixState *st,
+                      uint32_t *cand_out, unsigned long long cand_cap) {
+  __shared__ unsigned sh[kHistCopies * kHistStride];
+  __shared__ uint32_t buf[COMPACT ? kCandBuf : 1];
+  __shared__ unsigned buf_n;
+  __shared__ unsigned long long buf_base;
+  bool use_cand = false, compact = false;
+  size_t m = n;
+  if (st != nullptr) {
+    if (st->done) return;  // block-uniform, before any barrier
+    prefix = st->prefix;
+    use_cand = st->mode != 0;
+    compact = COMPACT && !use_cand && st->compact_next;
+    if (use_cand) m = st->cand_n;
+    hist = st->hist[level];
+  }
+  for (int i = threadIdx.x; i < kHistCopies * kHistStride; i += blockDim.x)
+    sh[i] = 0;
+  if (threadIdx.x == 0) buf_n = 0;
+  __syncthreads();
+  const uint32_t mask = level == 0 ? 0u : ~0u << (32 - 8 * level);
+  const uint32_t want = prefix & mask;
+  const unsigned shift = 24 - 8 * level;
+  const unsigned lane = threadIdx.x & 31, lt = lanemask_lt();
+  unsigned *mine = sh + (threadIdx.x & (kHistCopies - 1)) * kHistStride;
+
+  // Writes the staged candidates out; called by the whole block.
+  auto flush = [&]() {
+    __syncthreads();
+    if (threadIdx.x == 0)
+      buf_base = buf_n != 0 ? atomicAdd(&st->cand_cursor,
+                                        static_cast<unsigned long long>(buf_n))
+                            : 0;
+    __syncthreads();
+    const unsigned cnt = buf_n;
+    const unsigned long long base = buf_base;
+    for (unsigned j = threadIdx.x; j < cnt; j += blockDim.x)
+      if (base + j < cand_cap) cand_out[base + j] = buf[j];
+    __syncthreads();
+    if (threadIdx.x == 0) buf_n = 0;
+    __syncthreads();
+  };
+
+  const size_t nchunks = (m + kHistChunk - 1) / kHistChunk;
+  for (size_t ch = blockIdx.x; ch < nchunks; ch += gridDim.x) {
+    const size_t s0 = ch * kHistChunk + threadIdx.x;
+    uint32_t b[kHistItems];
+#pragma unroll
+    for (int r = 0; r < kHistItems; ++r) {
+      const size_t i = s0 + static_cast<size_t>(r) * kThreads;
+      b[r] = i >= m ? 0u : use_cand ? cand[i] : abs_bits(x[i]);
+    }
+#pragma unroll
+    for (int r = 0; r < kHistItems; ++r) {
+      const bool hit = b[r] != 0 && (b[r] & mask) == want;
+      if (hit) atomicAdd(mine + ((b[r] >> shift) & 0xffu), 1u);
+      if (COMPACT && compact) {
+        const unsigned bal = __ballot_sync(0xffffffffu, hit);
+        if (bal != 0) {  // warp-uniform
+          const int leader = __ffs(bal) - 1;
+          unsigned at = 0;
+          if (lane == static_cast<unsigned>(leader))
+            at = atomicAdd(&buf_n, static_cast<unsigned>(__popc(bal)));
+          at = __shfl_sync(0xffffffffu, at, leader);
+          if (hit) buf[at + __popc(bal & lt)] = b[r];
+        }
+      }
+    }
+    if (COMPACT && compact) {
+      __syncthreads();
+      if (buf_n > kCandBuf - kHistChunk) flush();  // block-uniform
+    }
+  }
+  if (COMPACT && compact) flush();
+  __syncthreads();
+  for (int bin = threadIdx.x; bin < PGS_HIST_BINS; bin += blockDim.x) {
+    unsigned sum = 0;
+#pragma unroll
+    for (int k = 0; k < kHistCopies; ++k) sum += sh[k * kHistStride + bin];
+    if (sum != 0) atomicAdd(hist + bin, static_cast<unsigned long long>(sum));
+  }
+}
+
+// Picks the bin of level @p level holding the k-th largest entry, as the
+// host's pick_bin does, and prepares the next pass: switch to the candidate
+// list once one was written, and compact during the next pass when the
+// chosen bin is small enough for the candidate buffer.
+__global__ void radix_pick_kernel(RadixState *st, int level,
+                                  unsigned long long k,
+                                  unsigned long long cand_cap) {
+  if (st->done || threadIdx.x != 0) return;
+  const unsigned long long *h = st->hist[level];
+  unsigned long long rank = st->rank, above = st->above;
+  if (level == 0) {
+    unsigned long long nnz = 0;
+    for (int b = 0; b < PGS_HIST_BINS; ++b) nnz += h[b];
+    if (k > nnz) {
+      // The k-th largest is a zero; every nonzero lies above it.
+      st->thr = 0.0f;
+      st->n_gt = static_cast<long long>(nnz);
+      st->done = 1;
+      return;
+    }
+    rank = k;
+    above = 0;
+  }
+  int b = PGS_HIST_BINS - 1;
+  for (; b > 0 && h[b] < rank; --b) {
+    rank -= h[b];
+    above += h[b];
+  }
+  const unsigned prefix =
+      st->prefix | (static_cast<unsigned>(b) << (24 - 8 * level));
+  st->prefix = prefix;
+  st->rank = rank;
+  st->above = above;
+  if (level == PGS_HIST_LEVELS - 1) {
+    st->thr = __uint_as_float(prefix);
+    st->n_gt = static_cast<long long>(above);
+    st->done = 1;
+    return;
+  }
+  if (st->compact_next) {  // the pass just done wrote the candidates
+    st->mode = 1;
+    // Never more than were written (the pass skips appends past the cap).
+    st->cand_n = st->cand_cursor < cand_cap ? st->cand_cursor : cand_cap;
+    st->compact_next = 0;
+  } else if (st->mode == 0 && h[b] <= cand_cap) {
+    st->compact_next = 1;
+  }
+}
+
+}  // namespace
+
+// ---- entry points ---------------------------------------------------------
+
+int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
+                  const int64_t *bounds_host, int nreg, float thr,
+                  int64_t *n_gt_host, int64_t *n_eq_host) {
+  if (nreg < 0 || bounds_host == nullptr) return PGS_ERR_INVALID;
+  if (nreg > 0 && (n_gt_host == nullptr || n_eq_host == nullptr))
+    return PGS_ERR_INVALID;
+  if (bounds_host[0] < 0 ||
+      static_cast<uint64_t>(bounds_host[nreg]) > static_cast<uint64_t>(n))
+    return PGS_ERR_INVALID;
+  for (int j = 0; j < nreg; ++j)
+    if (bounds_host[j + 1] < bounds_host[j]) return PGS_ERR_INVALID;
+  if (x == nullptr && bounds_host[nreg] > bounds_host[0])
+    return PGS_ERR_INVALID;
+  if (nreg == 0) return PGS_OK;
+  if (bounds_host[nreg] == bounds_host[0]) {
+    for (int j = 0; j < nreg; ++j) n_gt_host[j] = n_eq_host[j] = 0;
+    return PGS_OK;
+  }
+  PGS_ENTER(ops, c);
+  // small: the 2 * nreg counters, then the nreg + 1 bounds.
+  const size_t cnt_bytes = 2 * static_cast<size_t>(nreg) * 8;
+  const size_t bnd_off = (cnt_bytes + 255) & ~static_cast<size_t>(255);
+  const size_t bnd_bytes = (static_cast<size_t>(nreg) + 1) * 8;
+  PGS_RETURN_IF(ensure_device(&c->small, bnd_off + bnd_bytes));
+  PGS_RETURN_IF(ensure_pinned(&c->pinned, bnd_off + bnd_bytes));
+  char *dsmall = static_cast<char *>(c->small.ptr);
+  auto *counts = reinterpret_cast<unsigned long long *>(dsmall);
+  auto *dbounds = reinterpret_cast<long long *>(dsmall + bnd_off);
+  // Bounds travel through the pinned buffer (past the region read back).
+  char *pin = static_cast<char *>(c->pinned.ptr);
+  memcpy(pin + bnd_off, bounds_host, bnd_bytes);
+  PGS_CU(cudaMemcpyAsync(dbounds, pin + bnd_off, bnd_bytes,
+                         cudaMemcpyHostToDevice, c->stream));
+  PGS_CU(cudaMemsetAsync(counts, 0, cnt_bytes, c->stream));
+  const size_t total = static_cast<size_t>(bounds_host[nreg] - bounds_host[0]);
+  const unsigned grid = grid_for(c, count_regions_kernel, total, kRegionItems);
+  count_regions_kernel<<<grid, kThreads, 0, c->stream>>>(x, dbounds, nreg, thr,
+                                                         counts);
+  PGS_LAUNCHED();
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, counts, cnt_bytes, &host));
+  const auto *h = static_cast<const unsigned long long *>(host);
+  for (int j = 0; j < nreg; ++j) {
+    n_gt_host[j] = static_cast<int64_t>(h[2 * j]);
+    n_eq_host[j] = static_cast<int64_t>(h[2 * j + 1]);
+  }
+  return PGS_OK;
+}
+
+int kth_abs(const pgs_ops_t *ops, const float *x, size_t n, size_t k,
+            float *thr, int64_t *n_gt) {
+  if (thr == nullptr || n_gt == nullptr || x == nullptr) return PGS_ERR_INVALID;
+  if (k < 1 || k > n) return PGS_ERR_INVALID;
+  if (n > static_cast<size_t>(INT64_MAX)) return PGS_ERR_UNSUPPORTED;
+  PGS_ENTER(ops, c);
+  static_assert(sizeof(RadixState) <= 64 * 1024, "radix state fits small");
+  auto *st = static_cast<RadixState *>(c->small.ptr);
+  // Candidate buffer: up to n / 16 entries (at least 64K, at most n) of the
+  // chosen bin's bits. Data whose bins are all larger falls back to full
+  // passes over x, as the host does.
+  size_t cand_cap = n / 16;
+  if (cand_cap < (size_t{1} << 16))
+    cand_cap = n < (size_t{1} << 16) ? n : size_t{1} << 16;
+  PGS_RETURN_IF(ensure_device(&c->work, cand_cap * sizeof(uint32_t)));
+  auto *cand = static_cast<uint32_t *>(c->work.ptr);
+  PGS_CU(cudaMemsetAsync(st, 0, sizeof(RadixState), c->stream));
+  // Level 0 never compacts (the candidates are what it selects); the later
+  // passes may, as the pick kernel decides on the device.
+  const unsigned grid0 = grid_for(c, radix_hist_kernel<false>, n, kHistItems);
+  const unsigned grid1 = grid_for(c, radix_hist_kernel<true>, n, kHistItems);
+  for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
+    if (level == 0)
+      radix_hist_kernel<false><<<grid0, kThreads, 0, c->stream>>>(
+          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
+    else
+      radix_hist_kernel<true><<<grid1, kThreads, 0, c->stream>>>(
+          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
+    PGS_LAUNCHED();
+    radix_pick_kernel<<<1, 32, 0, c->stream>>>(st, level, k, cand_cap);
+    PGS_LAUNCHED();
+  }
+  void *host = nullptr;
+  PGS_RETURN_IF(
+      read_back(c, &st->thr, sizeof(float) + 4 + sizeof(long long), &host));
+  // thr at offset 0, n_gt at offset 8 (RadixState layout).
+  const char *h = static_cast<const char *>(host);
+  static_assert(offsetof(RadixState, n_gt) - offsetof(RadixState, thr) == 8,
+                "thr and n_gt are read back together");
+  memcpy(thr, h, sizeof(float));
+  long long g = 0;
+  memcpy(&g, h + 8, sizeof g);
+  *n_gt = static_cast<int64_t>(g);
+  return PGS_OK;
+}
+
+int hist_abs(const pgs_ops_t *ops, const float *x, size_t n, int level,
+             uint32_t prefix, int64_t *hist_host) {
+  if (hist_host == nullptr || (x == nullptr && n > 0)) return PGS_ERR_INVALID;
+  if (level < 0 || level >= PGS_HIST_LEVELS) return PGS_ERR_INVALID;
+  if (n == 0) return PGS_OK;
+  PGS_ENTER(ops, c);
+  auto *dh = static_cast<unsigned long long *>(c->small.ptr);
+  PGS_CU(cudaMemsetAsync(dh, 0, PGS_HIST_BINS * 8, c->stream));
+  radix_hist_kernel<false>
+      <<<grid_for(c, radix_hist_kernel<false>, n, kHistItems), kThreads, 0,
+         c->stream>>>(x, n, nullptr, level, prefix, dh, nullptr, nullptr, 0);
+  PGS_LAUNCHED();
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, dh, PGS_HIST_BINS * 8, &host));
+  const auto *h = static_cast<const unsigned long long *>(host);
+  // Added to, not overwritten: callers sum partial histograms.
+  for (int b = 0; b < PGS_HIST_BINS; ++b)
+    hist_host[b] += static_cast<int64_t>(h[b]);
+  return PGS_OK;
+}
+
+}  // namespace pgs_cuda

@@ -1,0 +1,161 @@
+// Ordered selection over tiles: the engine of compact, select_pairs and
+// merge_pairs.
+//
+// Elements carry up to two flags (class 1 and class 2, e.g. |x| > thr and
+// |x| == thr). Three kernels give every element the number of flagged
+// elements of each class before it in index order:
+//   1. tile_count_kernel: per tile of 4096 elements, the two flag counts;
+//   2. tile_scan_kernel: one block scans the tile counts (exclusive), and
+//      offs[ntiles] holds the totals;
+//   3. tile_write_kernel: each tile recomputes its flags, ranks them inside
+//      the tile with warp ballots and hands each element its two "before"
+//      counts, from which the op computes an output position (ties beyond a
+//      quota, capacity, index order: all exact and deterministic).
+//
+// Inside a tile warp w holds elements w*512 + r*32 + lane for rows r < 16:
+// every row is one coalesced 128-byte load and one ballot per class.
+//
+// An Op provides:
+//   using Item = ...;
+//   bool load(unsigned long long v, Item &it) const;  // false: no element v
+//   void flags(const Item &it, bool &f1, bool &f2) const;
+//   void emit(unsigned long long v, const Item &it, bool f1, bool f2,
+//             unsigned long long before1, unsigned long long before2) const;
+// where v is the element's position in [0, ntiles * kTile).
+#ifndef PG_SPARSE_CUDA_TILE_SELECT_CUH
+#define PG_SPARSE_CUDA_TILE_SELECT_CUH
+
+#include <cub/block/block_scan.cuh>
+
+#include "ops_cuda_internal.cuh"
+
+namespace pgs_cuda {
+
+constexpr int kTileRows = 16;
+constexpr int kTileWarps = kThreads / 32;
+constexpr unsigned long long kTile =
+    static_cast<unsigned long long>(kThreads) * kTileRows;
+constexpr int kWarpSpan = 32 * kTileRows;
+constexpr int kScanThreads = 512;
+
+inline unsigned long long tiles_for(unsigned long long n) {
+  return (n + kTile - 1) / kTile;
+}
+
+template <class Op>
+__global__ void __launch_bounds__(kThreads)
+    tile_count_kernel(Op op, unsigned long long ntiles, uint2 *counts) {
+  __shared__ uint2 wt[kTileWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (unsigned long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const unsigned long long base = t * kTile + warp * kWarpSpan + lane;
+    typename Op::Item it[kTileRows];
+    bool ok[kTileRows];
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) ok[r] = op.load(base + r * 32, it[r]);
+    unsigned c1 = 0, c2 = 0;
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) {
+      bool f1 = false, f2 = false;
+      if (ok[r]) op.flags(it[r], f1, f2);
+      c1 += __popc(__ballot_sync(0xffffffffu, f1));
+      c2 += __popc(__ballot_sync(0xffffffffu, f2));
+    }
+    if (lane == 0) wt[warp] = make_uint2(c1, c2);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint2 s = make_uint2(0, 0);
+#pragma unroll
+      for (int w = 0; w < kTileWarps; ++w) {
+        s.x += wt[w].x;
+        s.y += wt[w].y;
+      }
+      counts[t] = s;
+    }
+    __syncthreads();
+  }
+}
+
+// Exclusive scan of the tile counts by one block; offs[ntiles] = totals.
+__global__ void __launch_bounds__(kScanThreads)
+    tile_scan_kernel(const uint2 *__restrict__ counts,
+                     unsigned long long ntiles, ulonglong2 *__restrict__ offs);
+
+template <class Op>
+__global__ void __launch_bounds__(kThreads)
+    tile_write_kernel(Op op, unsigned long long ntiles,
+                      const ulonglong2 *__restrict__ offs) {
+  __shared__ uint2 wt[kTileWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned lt = lanemask_lt();
+  for (unsigned long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const unsigned long long base = t * kTile + warp * kWarpSpan + lane;
+    typename Op::Item it[kTileRows];
+    bool ok[kTileRows];
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) ok[r] = op.load(base + r * 32, it[r]);
+    unsigned m1[kTileRows], m2[kTileRows];
+    unsigned c1 = 0, c2 = 0;
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) {
+      bool f1 = false, f2 = false;
+      if (ok[r]) op.flags(it[r], f1, f2);
+      m1[r] = __ballot_sync(0xffffffffu, f1);
+      m2[r] = __ballot_sync(0xffffffffu, f2);
+      c1 += __popc(m1[r]);
+      c2 += __popc(m2[r]);
+    }
+    if (lane == 0) wt[warp] = make_uint2(c1, c2);
+    __syncthreads();
+    const ulonglong2 o = offs[t];
+    unsigned long long b1 = o.x, b2 = o.y;
+    for (int w = 0; w < warp; ++w) {
+      b1 += wt[w].x;
+      b2 += wt[w].y;
+    }
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) {
+      if (ok[r]) {
+        const bool f1 = (m1[r] >> lane) & 1u, f2 = (m2[r] >> lane) & 1u;
+        op.emit(base + r * 32, it[r], f1, f2, b1 + __popc(m1[r] & lt),
+                b2 + __popc(m2[r] & lt));
+      }
+      b1 += __popc(m1[r]);
+      b2 += __popc(m2[r]);
+    }
+    __syncthreads();  // wt is rewritten by the next tile
+  }
+}
+
+// Scratch of one tile selection over ntiles tiles.
+struct TileScratch {
+  uint2 *counts = nullptr;
+  ulonglong2 *offs = nullptr;  // ntiles + 1
+  void carve(Carve &cv, unsigned long long ntiles) {
+    counts = cv.take<uint2>(ntiles);
+    offs = cv.take<ulonglong2>(ntiles + 1);
+  }
+};
+
+// Queues the three kernels. count_op and write_op see the same elements.
+template <class CountOp, class WriteOp>
+int tile_select(Ctx *c, unsigned long long ntiles, const CountOp &count_op,
+                const WriteOp &write_op, const TileScratch &ts) {
+  // One tile per block and step: kTileRows elements per thread.
+  tile_count_kernel<CountOp>
+      <<<grid_for(c, tile_count_kernel<CountOp>, ntiles * kTile, kTileRows),
+         kThreads, 0, c->stream>>>(count_op, ntiles, ts.counts);
+  PGS_LAUNCHED();
+  tile_scan_kernel<<<1, kScanThreads, 0, c->stream>>>(ts.counts, ntiles,
+                                                      ts.offs);
+  PGS_LAUNCHED();
+  tile_write_kernel<WriteOp>
+      <<<grid_for(c, tile_write_kernel<WriteOp>, ntiles * kTile, kTileRows),
+         kThreads, 0, c->stream>>>(write_op, ntiles, ts.offs);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+}  // namespace pgs_cuda
+
+#endif  // PG_SPARSE_CUDA_TILE_SELECT_CUH

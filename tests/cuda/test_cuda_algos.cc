@@ -1,0 +1,202 @@
+// The whole algorithm layer on the CUDA ops: every algorithm's bucket run on
+// device memory over a single-rank transport, against the same bucket on the
+// host ops. With one rank the transport only copies (allgatherv) or does
+// nothing (allreduce of one contribution), so outputs, residuals and
+// statistics must agree exactly: every op the algorithms use is exact, and
+// mean_std (gaussiank's estimate) agrees to double rounding, far below what
+// could move a float threshold.
+#include <pg_sparse/pg_sparse.h>
+
+#include <memory>
+#include <tuple>
+
+#include "cuda_test_util.h"
+
+namespace cuda_test {
+namespace {
+
+// ---- a P = 1 transport in either memory space -----------------------------
+
+struct Loopback {
+  const pgs_ops_t *ops;  // copies in the data plane go through the ops
+};
+
+int lb_exchange_start(void *, const pgs_msg_t *, int, const pgs_msg_t *, int,
+                      int) {
+  return PGS_OK;  // peers are never self: with one rank there is nothing
+}
+int lb_exchange_wait(void *, int) {
+  return PGS_OK;
+}
+int lb_allgatherv(void *impl, const void *send, size_t send_bytes, void *recv,
+                  const size_t *, const size_t *displs) {
+  auto *s = static_cast<Loopback *>(impl);
+  char *dst = static_cast<char *>(recv) + displs[0];
+  if (send_bytes == 0 || dst == send) return PGS_OK;
+  return s->ops->copy(s->ops, dst, send, send_bytes, PGS_COPY_SAME);
+}
+int lb_reduce(void *, void *, size_t, pgs_dtype_t, pgs_redop_t) {
+  return PGS_OK;  // the sum, max or min of one contribution is itself
+}
+int lb_bcast(void *, void *, size_t, int) {
+  return PGS_OK;
+}
+int lb_alltoall(void *, const int64_t *send, int64_t *recv) {
+  recv[0] = send[0];
+  return PGS_OK;
+}
+int lb_allgather(void *, const int64_t *send, size_t count, int64_t *recv) {
+  std::memmove(recv, send, count * sizeof(int64_t));
+  return PGS_OK;
+}
+int lb_barrier(void *) {
+  return PGS_OK;
+}
+void lb_destroy(void *impl) {
+  delete static_cast<Loopback *>(impl);
+}
+
+pgs_comm_t *make_loopback(const pgs_ops_t *ops) {
+  pgs_comm_vtable_t vt{};
+  vt.exchange_start = lb_exchange_start;
+  vt.exchange_wait = lb_exchange_wait;
+  vt.allgatherv = lb_allgatherv;
+  vt.allreduce = lb_reduce;
+  vt.bcast = lb_bcast;
+  vt.allreduce_host = lb_reduce;
+  vt.alltoall_host = lb_alltoall;
+  vt.allgather_host = lb_allgather;
+  vt.barrier = lb_barrier;
+  vt.destroy = lb_destroy;
+  pgs_comm_t *c = nullptr;
+  EXPECT_EQ(pgs_comm_create(&vt, new Loopback{ops}, 0, 1, ops->mem, &c),
+            PGS_OK);
+  return c;
+}
+
+// One bucket with its communicator.
+class Bucket {
+ public:
+  Bucket(const pgs_ops_t *ops, const pgs_config_t &cfg, size_t n) : n_(n) {
+    comm_ = make_loopback(ops);
+    if (comm_ != nullptr) status_ = pgs_bucket_create(&cfg, comm_, ops, n, &b_);
+  }
+  ~Bucket() {
+    pgs_bucket_destroy(b_);
+    pgs_comm_destroy(comm_);
+  }
+  bool ok() const { return status_ == PGS_OK && b_ != nullptr; }
+  pgs_bucket_t *get() const { return b_; }
+  std::vector<float> residual() const {
+    std::vector<float> r(n_);
+    EXPECT_EQ(pgs_bucket_get_residual(b_, r.data()), PGS_OK);
+    return r;
+  }
+  pgs_stats_t stats() const {
+    pgs_stats_t s{};
+    pgs_bucket_stats(b_, &s);
+    return s;
+  }
+
+ private:
+  size_t n_;
+  pgs_comm_t *comm_ = nullptr;
+  pgs_bucket_t *b_ = nullptr;
+  int status_ = PGS_ERR_INVALID;
+};
+
+constexpr pgs_algo_id_t kAlgos[] = {PGS_ALGO_DENSE,     PGS_ALGO_TOPKA,
+                                    PGS_ALGO_TOPKDSA,   PGS_ALGO_GTOPK,
+                                    PGS_ALGO_GAUSSIANK, PGS_ALGO_OKTOPK};
+
+class CudaAlgo : public CudaTest,
+                 public testing::WithParamInterface<pgs_algo_id_t> {};
+
+std::string algo_name(const testing::TestParamInfo<pgs_algo_id_t> &info) {
+  return pgs_algo_name(info.param);
+}
+
+// Gradient of one step: normal data, some steps with ties and zeros.
+std::vector<float> grad_for(size_t n, int64_t step, uint64_t seed) {
+  if (step % 3 == 2) return tied(n, seed * 131 + step, 6, 0.3);
+  return normal(n, seed * 131 + step);
+}
+
+void run_both(pgs_algo_id_t algo, size_t n, double density, int64_t warmup,
+              int steps, uint64_t seed) {
+  pgs_config_t cfg = PGS_CONFIG_INIT;
+  cfg.algo = algo;
+  cfg.density = density;
+  cfg.warmup_steps = warmup;
+  cfg.tau = 4;
+  cfg.tau_prime = 2;
+  Bucket host(cpu(), cfg, n), dev(gpu(), cfg, n);
+  ASSERT_TRUE(host.ok() && dev.ok());
+  for (int64_t step = 0; step < steps; ++step) {
+    const std::vector<float> g = grad_for(n, step, seed);
+    std::vector<float> out_h(n, -1.0f);
+    Dev<float> gd(g), out_d(std::vector<float>(n, -1.0f));
+    const int st_h = pgs_bucket_allreduce(host.get(), g.data(), out_h.data());
+    // Odd steps run in place on the device (out aliases grad).
+    const bool in_place = step % 2 == 1;
+    const int st_d = pgs_bucket_allreduce(dev.get(), gd.get(),
+                                          in_place ? gd.get() : out_d.get());
+    const std::string where =
+        std::string(pgs_algo_name(algo)) + " n=" + std::to_string(n) +
+        " d=" + std::to_string(density) + " step=" + std::to_string(step);
+    ASSERT_EQ(st_d, st_h) << where;
+    EXPECT_TRUE(same(in_place ? gd.host() : out_d.host(), out_h)) << where;
+    EXPECT_TRUE(same(dev.residual(), host.residual())) << where;
+    const pgs_stats_t sh = host.stats(), sd = dev.stats();
+    EXPECT_EQ(sd.dense, sh.dense) << where;
+    EXPECT_EQ(sd.local_selected, sh.local_selected) << where;
+    EXPECT_EQ(sd.global_selected, sh.global_selected) << where;
+    EXPECT_EQ(sd.local_threshold, sh.local_threshold) << where;
+    EXPECT_EQ(sd.global_threshold, sh.global_threshold) << where;
+    EXPECT_EQ(sd.local_recomputed, sh.local_recomputed) << where;
+    EXPECT_EQ(sd.global_recomputed, sh.global_recomputed) << where;
+    EXPECT_EQ(sd.repartitioned, sh.repartitioned) << where;
+    EXPECT_EQ(sd.capped, sh.capped) << where;
+    EXPECT_EQ(sd.trimmed, sh.trimmed) << where;
+    for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
+      EXPECT_EQ(sd.words_sent[p], sh.words_sent[p]) << where;
+      EXPECT_EQ(sd.words_recv[p], sh.words_recv[p]) << where;
+    }
+  }
+}
+
+TEST_P(CudaAlgo, MatchesHostOpsOverManySteps) {
+  for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{65537}}) {
+    for (double density : {0.01, 0.1, 1.0})
+      run_both(GetParam(), n, density, 1, 8, n);
+  }
+}
+
+TEST_P(CudaAlgo, MatchesHostOpsOnALargeBucket) {
+  if (max_n() < (size_t{1} << 22)) GTEST_SKIP() << "PGS_CUDA_TEST_MAX_N";
+  run_both(GetParam(), size_t{1} << 22, 0.01, 1, 5, 99);
+}
+
+TEST_P(CudaAlgo, NonfiniteInputFailsOnBoth) {
+  const size_t n = 5000;
+  pgs_config_t cfg = PGS_CONFIG_INIT;
+  cfg.algo = GetParam();
+  cfg.warmup_steps = 0;
+  Bucket host(cpu(), cfg, n), dev(gpu(), cfg, n);
+  ASSERT_TRUE(host.ok() && dev.ok());
+  std::vector<float> g = normal(n, 5);
+  g[1234] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> out_h(n);
+  Dev<float> gd(g), out_d(n);
+  EXPECT_EQ(pgs_bucket_allreduce(host.get(), g.data(), out_h.data()),
+            PGS_ERR_NONFINITE);
+  EXPECT_EQ(pgs_bucket_allreduce(dev.get(), gd.get(), out_d.get()),
+            PGS_ERR_NONFINITE);
+  EXPECT_TRUE(same(dev.residual(), host.residual()));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgos, CudaAlgo, testing::ValuesIn(kAlgos),
+                         algo_name);
+
+}  // namespace
+}  // namespace cuda_test

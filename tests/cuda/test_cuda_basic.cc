@@ -1,0 +1,244 @@
+// CUDA ops against the host ops: the table, memory functions and the
+// elementwise kernels (accumulate, scale, count_nonfinite, mean_std).
+#include <cuda_runtime.h>
+
+#include "cuda_test_util.h"
+
+namespace cuda_test {
+namespace {
+
+class CudaBasic : public CudaTest {};
+
+// ---- table and memory -----------------------------------------------------
+
+TEST_F(CudaBasic, TableIsCompleteForDeviceMemory) {
+  const pgs_ops_t *o = gpu();
+  EXPECT_EQ(o->mem, PGS_MEM_DEVICE);
+  EXPECT_NE(o->ctx, nullptr);
+  EXPECT_TRUE(o->alloc && o->free && o->copy && o->fill_zero && o->sync);
+  EXPECT_TRUE(o->accumulate && o->scale && o->count_nonfinite && o->mean_std);
+  EXPECT_TRUE(o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
+              o->select_pairs);
+  EXPECT_TRUE(o->gather && o->zero_at && o->scatter_add && o->zero_common &&
+              o->merge_pairs);
+  pgs_ops_t *bad = nullptr;
+  EXPECT_EQ(pgs_ops_cuda_create(nullptr, -1, &bad), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_ops_cuda_create(nullptr, 1 << 20, &bad), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_ops_cuda_create(nullptr, 0, nullptr), PGS_ERR_INVALID);
+  pgs_ops_cuda_destroy(nullptr);  // harmless
+}
+
+TEST_F(CudaBasic, AllocCopyFillRoundTrip) {
+  const pgs_ops_t *o = gpu();
+  const size_t n = 100003;
+  std::vector<float> src = normal(n, 1);
+  Dev<float> a(src), b(n);
+  EXPECT_EQ(o->copy(o, b.get(), a.get(), n * 4, PGS_COPY_SAME), PGS_OK);
+  EXPECT_TRUE(same(b.host(), src));
+  EXPECT_EQ(o->fill_zero(o, b.get() + 7, 100 * 4), PGS_OK);
+  std::vector<float> want = src;
+  std::fill(want.begin() + 7, want.begin() + 107, 0.0f);
+  EXPECT_TRUE(same(b.host(), want));
+  EXPECT_EQ(o->sync(o), PGS_OK);
+  // Overlapping device copies behave like memmove, both directions.
+  Dev<float> c(src);
+  EXPECT_EQ(o->copy(o, c.get() + 10, c.get(), 5000 * 4, PGS_COPY_SAME), PGS_OK);
+  want = src;
+  std::memmove(want.data() + 10, src.data(), 5000 * 4);
+  EXPECT_TRUE(same(c.host(), want));
+  c.put(src);
+  EXPECT_EQ(o->copy(o, c.get(), c.get() + 10, 5000 * 4, PGS_COPY_SAME), PGS_OK);
+  want = src;
+  std::memmove(want.data(), src.data() + 10, 5000 * 4);
+  EXPECT_TRUE(same(c.host(), want));
+}
+
+TEST_F(CudaBasic, MemoryEdgeCasesAndBadArguments) {
+  const pgs_ops_t *o = gpu();
+  void *p = reinterpret_cast<void *>(1);
+  EXPECT_EQ(o->alloc(o, &p, 0), PGS_OK);
+  EXPECT_EQ(p, nullptr);
+  o->free(o, nullptr);
+  EXPECT_EQ(o->alloc(o, nullptr, 8), PGS_ERR_INVALID);
+  Dev<float> d(4);
+  float h = 1.0f;
+  EXPECT_EQ(o->copy(o, nullptr, &h, 4, PGS_COPY_FROM_HOST), PGS_ERR_INVALID);
+  EXPECT_EQ(o->copy(o, d.get(), nullptr, 4, PGS_COPY_FROM_HOST),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(o->copy(o, d.get(), &h, 4, static_cast<pgs_copy_kind_t>(7)),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(o->copy(o, nullptr, nullptr, 0, PGS_COPY_SAME), PGS_OK);
+  EXPECT_EQ(o->fill_zero(o, nullptr, 4), PGS_ERR_INVALID);
+  EXPECT_EQ(o->fill_zero(o, nullptr, 0), PGS_OK);
+  // Absurd allocation: an error status, not an abort.
+  void *huge = nullptr;
+  EXPECT_EQ(o->alloc(o, &huge, size_t{1} << 60), PGS_ERR_NO_MEMORY);
+  EXPECT_EQ(huge, nullptr);
+  // The table still works afterwards.
+  EXPECT_EQ(o->fill_zero(o, d.get(), 16), PGS_OK);
+  EXPECT_TRUE(same(d.host(), std::vector<float>(4, 0.0f)));
+}
+
+// A table on its own stream (and a device set elsewhere) gives the same
+// results as the default-stream table.
+TEST_F(CudaBasic, OwnStreamTable) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  pgs_ops_t *o = nullptr;
+  ASSERT_EQ(pgs_ops_cuda_create(s, 0, &o), PGS_OK);
+  const size_t n = 1 << 20;
+  std::vector<float> r = normal(n, 2), g = normal(n, 3);
+  {
+    Dev<float> dr(r, o), dg(g, o);
+    int64_t c1 = -1, c2 = -1;
+    ASSERT_EQ(o->accumulate(o, dr.get(), dg.get(), n, 1.5f, &c1), PGS_OK);
+    std::vector<float> hr = r;
+    ASSERT_EQ(cpu()->accumulate(cpu(), hr.data(), g.data(), n, 1.5f, &c2),
+              PGS_OK);
+    EXPECT_EQ(c1, c2);
+    EXPECT_TRUE(same(dr.host(), hr));
+    float t1 = 0, t2 = 0;
+    int64_t g1 = 0, g2 = 0;
+    ASSERT_EQ(o->kth_abs(o, dr.get(), n, 1000, &t1, &g1), PGS_OK);
+    ASSERT_EQ(cpu()->kth_abs(cpu(), hr.data(), n, 1000, &t2, &g2), PGS_OK);
+    EXPECT_EQ(bits_of(t1), bits_of(t2));
+    EXPECT_EQ(g1, g2);
+  }
+  pgs_ops_cuda_destroy(o);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
+// ---- accumulate -----------------------------------------------------------
+
+// r (at offset ro) += g (at offset go) on both tables; offsets that differ
+// mod 4 take the scalar path, equal ones the float4 path with a head.
+void check_accumulate(const std::vector<float> &r, const std::vector<float> &g,
+                      size_t ro, size_t go, float thr, bool count) {
+  const size_t n = r.size();
+  Dev<float> dr(n + ro), dg(n + go);
+  dr.put(r, ro);
+  dg.put(g, go);
+  int64_t c_gpu = -7, c_cpu = -9;
+  ASSERT_EQ(gpu()->accumulate(gpu(), dr.get() + ro, dg.get() + go, n, thr,
+                              count ? &c_gpu : nullptr),
+            PGS_OK);
+  std::vector<float> want = r;
+  ASSERT_EQ(cpu()->accumulate(cpu(), want.data(), g.data(), n, thr,
+                              count ? &c_cpu : nullptr),
+            PGS_OK);
+  EXPECT_TRUE(same(dr.host(ro), want, true))
+      << "n=" << n << " ro=" << ro << " go=" << go;
+  if (count) {
+    EXPECT_EQ(c_gpu, c_cpu) << "n=" << n << " thr=" << thr;
+  } else {
+    EXPECT_EQ(c_gpu, -7);
+  }
+}
+
+TEST_F(CudaBasic, AccumulateMatchesCpuAcrossSizes) {
+  for (size_t n : sizes()) {
+    std::vector<float> r = normal(n, 10 + n), g = normal(n, 20 + n);
+    for (float thr : {-1.0f, 0.0f, 1.0f, 2.5f})
+      check_accumulate(r, g, 0, 0, thr, true);
+    check_accumulate(r, g, 0, 0, 1.0f, false);
+    if (n <= (size_t{1} << 20)) {
+      check_accumulate(r, g, 1, 1, 1.0f, true);  // same misalignment
+      check_accumulate(r, g, 3, 0, 1.0f, true);  // different: scalar path
+      check_accumulate(r, g, 2, 5, 1.0f, false);
+    }
+  }
+}
+
+TEST_F(CudaBasic, AccumulateTiesZerosDenormalsNonfinite) {
+  for (size_t n : {size_t{7}, size_t{1000}, size_t{65537}}) {
+    std::vector<float> r = tied(n, 30 + n, 8, 0.3), g = tied(n, 31 + n, 8, 0.3);
+    for (float thr : {0.0f, 0.5f, 1.0f, 1.75f, 100.0f})
+      check_accumulate(r, g, 0, 0, thr, true);
+    // Denormal sums must not be flushed to zero.
+    std::vector<float> dr = denormals(n, 32 + n), dg = denormals(n, 33 + n);
+    for (float thr : {0.0f, from_bits(100), 1e-30f})
+      check_accumulate(dr, dg, 0, 0, thr, true);
+    add_nonfinite(r, 34 + n, n / 10 + 1);
+    check_accumulate(r, g, 0, 0, 0.5f, true);
+    check_accumulate(r, g, 1, 2, 0.5f, true);
+    // All zeros: nothing counts, even at threshold 0.
+    std::vector<float> z(n, 0.0f), mz(n, -0.0f);
+    check_accumulate(z, mz, 0, 0, 0.0f, true);
+  }
+  int64_t c = -1;
+  EXPECT_EQ(gpu()->accumulate(gpu(), nullptr, nullptr, 0, 0.0f, &c), PGS_OK);
+  EXPECT_EQ(c, 0);
+  Dev<float> d(4);
+  EXPECT_EQ(gpu()->accumulate(gpu(), d.get(), nullptr, 4, 0.0f, nullptr),
+            PGS_ERR_INVALID);
+}
+
+// ---- scale, count_nonfinite, mean_std -------------------------------------
+
+TEST_F(CudaBasic, ScaleMatchesCpu) {
+  for (size_t n : sizes()) {
+    std::vector<float> x = normal(n, 40 + n);
+    if (n > 10) add_nonfinite(x, 41, 5);
+    for (float s : {0.125f, -3.0f, 1e-39f, 0.0f}) {
+      for (size_t off : {size_t{0}, size_t{1}}) {
+        if (off && n > (size_t{1} << 20)) continue;
+        Dev<float> d(n + off);
+        d.put(x, off);
+        ASSERT_EQ(gpu()->scale(gpu(), d.get() + off, n, s), PGS_OK);
+        std::vector<float> want = x;
+        ASSERT_EQ(cpu()->scale(cpu(), want.data(), n, s), PGS_OK);
+        EXPECT_TRUE(same(d.host(off), want, true)) << "n=" << n << " s=" << s;
+      }
+    }
+  }
+  EXPECT_EQ(gpu()->scale(gpu(), nullptr, 3, 2.0f), PGS_ERR_INVALID);
+  EXPECT_EQ(gpu()->scale(gpu(), nullptr, 0, 2.0f), PGS_OK);
+}
+
+TEST_F(CudaBasic, CountNonfiniteMatchesCpu) {
+  for (size_t n : sizes()) {
+    for (size_t bad : {size_t{0}, size_t{1}, n / 7 + 1}) {
+      std::vector<float> x = normal(n, 50 + n);
+      add_nonfinite(x, 51 + bad, bad);
+      if (n > 3) x[n - 1] = FLT_MAX;
+      Dev<float> d(x);
+      int64_t c_gpu = -1, c_cpu = -2;
+      ASSERT_EQ(gpu()->count_nonfinite(gpu(), d.get(), n, &c_gpu), PGS_OK);
+      ASSERT_EQ(cpu()->count_nonfinite(cpu(), x.data(), n, &c_cpu), PGS_OK);
+      EXPECT_EQ(c_gpu, c_cpu) << "n=" << n;
+    }
+  }
+  int64_t c = -1;
+  EXPECT_EQ(gpu()->count_nonfinite(gpu(), nullptr, 0, &c), PGS_OK);
+  EXPECT_EQ(c, 0);
+  EXPECT_EQ(gpu()->count_nonfinite(gpu(), nullptr, 0, nullptr),
+            PGS_ERR_INVALID);
+}
+
+TEST_F(CudaBasic, MeanStdMatchesCpu) {
+  for (size_t n : sizes()) {
+    std::vector<float> x = normal(n, 60 + n);
+    for (auto &v : x) v = 1000.0f + 3.0f * v;  // large mean
+    for (size_t off : {size_t{0}, size_t{3}}) {
+      Dev<float> d(n + off);
+      d.put(x, off);
+      double m1 = -1, s1 = -1, m2 = -2, s2 = -2;
+      ASSERT_EQ(gpu()->mean_std(gpu(), d.get() + off, n, &m1, &s1), PGS_OK);
+      ASSERT_EQ(cpu()->mean_std(cpu(), x.data(), n, &m2, &s2), PGS_OK);
+      EXPECT_NEAR(m1, m2, 1e-9 * std::fabs(m2)) << "n=" << n;
+      EXPECT_NEAR(s1, s2, 1e-9 * s2 + 1e-12) << "n=" << n;
+    }
+  }
+  double m = -1, s = -1;
+  EXPECT_EQ(gpu()->mean_std(gpu(), nullptr, 0, &m, &s), PGS_OK);
+  EXPECT_EQ(m, 0.0);
+  EXPECT_EQ(s, 0.0);
+  Dev<float> c(std::vector<float>(17, -2.5f));
+  ASSERT_EQ(gpu()->mean_std(gpu(), c.get(), 17, &m, &s), PGS_OK);
+  EXPECT_EQ(m, -2.5);
+  EXPECT_EQ(s, 0.0);
+  EXPECT_EQ(gpu()->mean_std(gpu(), c.get(), 17, nullptr, &s), PGS_ERR_INVALID);
+}
+
+}  // namespace
+}  // namespace cuda_test
