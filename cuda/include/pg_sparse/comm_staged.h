@@ -1,0 +1,24 @@
+/* Device buffers over a host-memory transport, staged through pinned host
+ * memory: how Open MPI (or the gloo-backed ext transport) carries CUDA
+ * tensors when it is not CUDA-aware. */
+#ifndef PG_SPARSE_COMM_STAGED_H
+#define PG_SPARSE_COMM_STAGED_H
+
+#include <cuda_runtime.h>
+#include <pg_sparse/comm.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Wrap @p host_comm (PGS_MEM_HOST; owned by the new communicator from here,
+ *  also on failure) into a PGS_MEM_DEVICE transport. Device data is produced
+ *  and consumed on @p stream: each data-plane call synchronises it, copies
+ *  through pinned buffers, and queues the copies back on it. */
+int pgs_comm_staged_create(pgs_comm_t *host_comm, cudaStream_t stream,
+                           pgs_comm_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PG_SPARSE_COMM_STAGED_H */
