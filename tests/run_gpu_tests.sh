@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# GPU checks, for a machine with NVIDIA GPUs (sm_90 by default), CUDA, NCCL,
+# Open MPI and GoogleTest installed (the project's device machines have them).
+#   bash tests/run_gpu_tests.sh build     configure and build with CUDA
+#   bash tests/run_gpu_tests.sh kernels   CUDA ops vs CPU ops (GoogleTest)
+#   bash tests/run_gpu_tests.sh algos     every algorithm on GPUs over NCCL and
+#                                         staged MPI vs the host (mpirun -np 2)
+#   bash tests/run_gpu_tests.sh memcheck  compute-sanitizer memcheck on kernels
+#   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
+# With no argument: build kernels algos. Logs go to $OUT (or build-gpu/logs).
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${PGS_GPU_BUILD_DIR:-"$root/build-gpu"}
+logs=${OUT:-"$build/logs"}
+mkdir -p "$logs"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
+arch=${CUDA_ARCH:-90}
+
+step_build() {
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+    >"$logs/cmake.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" >"$logs/build.log" 2>&1 ||
+    { tail -40 "$logs/cmake.log" "$logs/build.log"; return 1; }
+  grep -i "nccl" "$logs/cmake.log"
+}
+
+step_kernels() {
+  "$build/tests/cuda/pgs_cuda_tests" "$@" >"$logs/cuda_tests.log" 2>&1
+  local rc=$?
+  grep -E "FAILED|Failure|Expected|Which is|PASSED|SKIPPED \]|tests ran" \
+    "$logs/cuda_tests.log" | tail -40
+  return $rc
+}
+
+step_algos() {
+  mpirun --oversubscribe -np 2 -x NCCL_NVLS_ENABLE \
+    "$build/tests/cuda_mpi/pgs_gpu_mpi_tests" >"$logs/gpu_algos.log" 2>&1
+  local rc=$?
+  grep -E "FAILED|Failure|rank|PASSED|SKIPPED \]|tests ran" \
+    "$logs/gpu_algos.log" | tail -40
+  return $rc
+}
+
+step_memcheck() {
+  PGS_CUDA_TEST_MAX_N=${PGS_CUDA_TEST_MAX_N:-1048576} compute-sanitizer \
+    --tool memcheck --error-exitcode 1 "$build/tests/cuda/pgs_cuda_tests" \
+    --gtest_filter='-*Huge*' >"$logs/memcheck.log" 2>&1
+  local rc=$?
+  grep -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$logs/memcheck.log" | head -20
+  return $rc
+}
+
+step_bench() {
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+  "$build/cuda/pgs_cuda_bench" 50 2>&1 | tee "$logs/bench.txt"
+  python3 "$root/cuda/bench/bench_topk.py" 2>&1 | tee -a "$logs/bench.txt"
+}
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(build kernels algos)
+status=0
+for s in "${steps[@]}"; do
+  echo "== $s"
+  "step_$s" || { echo "== $s FAILED"; status=1; }
+done
+exit $status
