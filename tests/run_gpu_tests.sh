@@ -43,10 +43,12 @@ step_algos() {
   return $rc
 }
 
+# The out-of-memory test is left out: the sanitizer reports its (expected)
+# failed cudaMalloc as an API error.
 step_memcheck() {
   PGS_CUDA_TEST_MAX_N=${PGS_CUDA_TEST_MAX_N:-1048576} compute-sanitizer \
     --tool memcheck --error-exitcode 1 "$build/tests/cuda/pgs_cuda_tests" \
-    --gtest_filter='-*Huge*' >"$logs/memcheck.log" 2>&1
+    --gtest_filter='-*Huge*:*MemoryEdgeCases*' >"$logs/memcheck.log" 2>&1
   local rc=$?
   grep -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$logs/memcheck.log" | head -20
   return $rc
