@@ -7,6 +7,7 @@
 #                                         staged MPI vs the host (mpirun -np 2)
 #   bash tests/run_gpu_tests.sh memcheck  compute-sanitizer memcheck on kernels
 #   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
+#   bash tests/run_gpu_tests.sh allreduce Ok-Topk etc. vs NCCL dense, 2 GPUs
 # With no argument: build kernels algos. Logs go to $OUT (or build-gpu/logs).
 set -uo pipefail
 
@@ -58,6 +59,13 @@ step_bench() {
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   "$build/cuda/pgs_cuda_bench" 50 2>&1 | tee "$logs/bench.txt"
   python3 "$root/cuda/bench/bench_topk.py" 2>&1 | tee -a "$logs/bench.txt"
+}
+
+# One sparse allreduce of 27.5M fp32 on 2 GPUs vs NCCL dense allreduce.
+step_allreduce() {
+  mpirun --oversubscribe -np "${NGPU:-2}" -x NCCL_NVLS_ENABLE \
+    "$build/cuda/pgs_allreduce_bench" "${BENCH_N:-27500000}" \
+    "${BENCH_DENSITY:-0.01}" 20 2>&1 | tee "$logs/allreduce_bench.txt"
 }
 
 steps=("$@")

@@ -1,0 +1,151 @@
+// One sparse allreduce on GPUs against NCCL's dense allreduce of the same
+// buffer, in the same run: mpirun -np P pgs_allreduce_bench [n] [density]
+// [iterations]. One GPU per rank; prints on rank 0: card, per-call median
+// time of each algorithm, the ratio to dense, and Ok-Topk's words per rank
+// next to its 2k(P-1)/P and 6k(P-1)/P bounds.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <pg_sparse/comm_nccl.h>
+#include <pg_sparse/ops_cuda.h>
+#include <pg_sparse/pg_sparse.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int rank_, size_;
+
+void die(const char* what, int st) {
+  std::fprintf(stderr, "rank %d: %s failed: %s\n", rank_, what,
+               pgs_status_string(st));
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+struct Result {
+  double median_ms;
+  pgs_stats_t last;
+  int64_t max_words_sent, max_words_recv;
+};
+
+// Times @p iters calls of one bucket; inputs rotate among @p inputs so the
+// thresholds see changing data, as in training.
+Result run(pgs_algo_id_t algo, double density, pgs_comm_t* comm,
+           const pgs_ops_t* ops, size_t n, const std::vector<float*>& inputs,
+           float* work, cudaStream_t stream, int iters) {
+  pgs_config_t cfg = PGS_CONFIG_INIT;
+  cfg.algo = algo;
+  cfg.density = density;
+  cfg.warmup_steps = 1;
+  cfg.check_finite = 0;
+  pgs_bucket_t* b = nullptr;
+  int st = pgs_bucket_create(&cfg, comm, ops, n, &b);
+  if (st) die("pgs_bucket_create", st);
+  std::vector<double> ms;
+  Result r{};
+  for (int i = 0; i < iters + 3; ++i) {
+    cudaMemcpyAsync(work, inputs[i % inputs.size()], n * 4,
+                    cudaMemcpyDeviceToDevice, stream);
+    cudaStreamSynchronize(stream);
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = std::chrono::steady_clock::now();
+    st = pgs_bucket_allreduce(b, work, work);
+    cudaStreamSynchronize(stream);
+    auto t1 = std::chrono::steady_clock::now();
+    if (st) die("pgs_bucket_allreduce", st);
+    if (i < 3) continue;  // warm-up (dense first step, allocations)
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    pgs_bucket_stats(b, &r.last);
+    int64_t s = 0, v = 0;
+    for (int p = 0; p < PGS_PHASE_COUNT; ++p)
+      s += r.last.words_sent[p], v += r.last.words_recv[p];
+    r.max_words_sent = std::max(r.max_words_sent, s);
+    r.max_words_recv = std::max(r.max_words_recv, v);
+  }
+  std::vector<double> all(ms.size() * size_);
+  MPI_Allgather(ms.data(), (int)ms.size(), MPI_DOUBLE, all.data(),
+                (int)ms.size(), MPI_DOUBLE, MPI_COMM_WORLD);
+  std::sort(all.begin(), all.end());  // median over ranks and calls
+  r.median_ms = all[all.size() / 2];
+  pgs_bucket_destroy(b);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 27500000;
+  double density = argc > 2 ? std::atof(argv[2]) : 0.01;
+  int iters = argc > 3 ? std::atoi(argv[3]) : 20;
+  int ndev = 0;
+  cudaGetDeviceCount(&ndev);
+  if (ndev < size_) {
+    if (rank_ == 0) std::printf("needs one GPU per rank (%d GPUs)\n", ndev);
+    MPI_Finalize();
+    return 0;
+  }
+  cudaSetDevice(rank_);
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  pgs_ops_t* ops = nullptr;
+  int st = pgs_ops_cuda_create(stream, rank_, &ops);
+  if (st) die("pgs_ops_cuda_create", st);
+  char id[PGS_NCCL_ID_BYTES];
+  if (rank_ == 0 && (st = pgs_nccl_make_id(id))) die("nccl id", st);
+  MPI_Bcast(id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  pgs_comm_t* comm = nullptr;
+  if ((st = pgs_comm_nccl_create(id, rank_, size_, stream, &comm)))
+    die("pgs_comm_nccl_create", st);
+
+  // Four gradient-like inputs per rank (normal, a few heavy coordinates).
+  std::vector<float*> inputs(4);
+  std::vector<float> host(n);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    std::mt19937 gen(1000 * rank_ + k);
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (auto& x : host) x = d(gen);
+    cudaMalloc(&inputs[k], n * 4);
+    cudaMemcpy(inputs[k], host.data(), n * 4, cudaMemcpyHostToDevice);
+  }
+  float* work = nullptr;
+  cudaMalloc(&work, n * 4);
+
+  const pgs_algo_id_t algos[] = {PGS_ALGO_DENSE, PGS_ALGO_OKTOPK,
+                                 PGS_ALGO_TOPKA, PGS_ALGO_GAUSSIANK};
+  std::vector<Result> res;
+  for (auto a : algos)
+    res.push_back(run(a, density, comm, ops, n, inputs, work, stream, iters));
+  if (rank_ == 0) {
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    std::printf("device: %d x %s, NCCL transport; n = %zu fp32 (%.1f MB), "
+                "density %g, %d timed calls per algorithm\n",
+                size_, prop.name, n, n * 4 / 1e6, density, iters);
+    std::printf("%-10s %12s %10s %14s %14s %12s %12s\n", "algo", "median ms",
+                "vs dense", "max words sent", "max words recv", "2k(P-1)/P",
+                "6k(P-1)/P");
+    for (size_t i = 0; i < res.size(); ++i)
+      std::printf("%-10s %12.3f %10.2fx %14lld %14lld %12.0f %12.0f\n",
+                  pgs_algo_name(algos[i]), res[i].median_ms,
+                  res[0].median_ms / res[i].median_ms,
+                  (long long)res[i].max_words_sent,
+                  (long long)res[i].max_words_recv,
+                  res[i].last.words_lower_bound, res[i].last.words_upper_bound);
+    std::printf("(dense = NCCL allreduce of the same buffer through the same "
+                "transport; 'vs dense' > 1 means faster than dense)\n");
+  }
+  for (auto p : inputs) cudaFree(p);
+  cudaFree(work);
+  pgs_comm_destroy(comm);
+  pgs_ops_cuda_destroy(ops);
+  MPI_Finalize();
+  return 0;
+}
