@@ -9,6 +9,8 @@
 #include "pg_sparse/comm_nccl.h"
 
 #include <stdio.h>
+
+#include "cuda_check.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,14 +32,6 @@ typedef struct nccl_comm {
     if (r_ != ncclSuccess) {                                              \
       fprintf(stderr, "pg_sparse: %s: %s\n", #call, ncclGetErrorString(r_)); \
       return PGS_ERR_COMM;                                                \
-    }                                                                     \
-  } while (0)
-#define CUDA_TRY(call)                                                    \
-  do {                                                                    \
-    cudaError_t e_ = (call);                                              \
-    if (e_ != cudaSuccess) {                                              \
-      fprintf(stderr, "pg_sparse: %s: %s\n", #call, cudaGetErrorString(e_)); \
-      return PGS_ERR_DEVICE;                                              \
     }                                                                     \
   } while (0)
 

@@ -8,6 +8,8 @@
 #include "pg_sparse/comm_staged.h"
 
 #include <stdio.h>
+
+#include "cuda_check.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,14 +34,6 @@ typedef struct staged_comm {
   staged_slot_t slot[PGS_COMM_SLOTS];
 } staged_comm_t;
 
-#define CUDA_TRY(call)                                                    \
-  do {                                                                    \
-    cudaError_t e_ = (call);                                              \
-    if (e_ != cudaSuccess) {                                              \
-      fprintf(stderr, "pg_sparse: %s: %s\n", #call, cudaGetErrorString(e_)); \
-      return PGS_ERR_DEVICE;                                              \
-    }                                                                     \
-  } while (0)
 
 static int reserve(pinned_t *p, size_t bytes) {
   if (bytes <= p->cap && p->ptr != NULL) return PGS_OK;

@@ -99,6 +99,11 @@ int pgs_allgather_blocks(pgs_bucket_t *b, const void *send, int64_t m,
  *  rank order, then scale by 1/P. */
 int pgs_apply_blocks(pgs_bucket_t *b, float *out);
 
+/** The allgather algorithms' finish (topka, gaussiank): allgather the m
+ *  pairs of b->pairs, write the average into out, clear the residual where
+ *  this rank sent (all of it was applied). */
+int pgs_gather_apply_clear(pgs_bucket_t *b, int64_t m, float *out);
+
 /** Inverse of the standard normal tail: z with P(|Z| > z) = p, 0 < p <= 1. */
 double pgs_normal_two_sided_quantile(double p);
 

@@ -80,15 +80,7 @@ static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
   b->stats.local_selected = m;
   b->stats.local_threshold = thr;
 
-  pgs_phase_enter(b, PGS_PHASE_GATHER);
-  int64_t total = 0;
-  st = pgs_allgather_blocks(b, b->pairs.ptr, m, &total);
-  if (st != PGS_OK) return st;
-  st = pgs_apply_blocks(b, out);
-  if (st != PGS_OK) return st;
-  b->stats.global_selected = total;
-  return ops->zero_at(ops, b->resid, b->n, pgs_block_idx(b->pairs.ptr),
-                      (size_t)m);
+  return pgs_gather_apply_clear(b, m, out);
 }
 
 const pgs_algo_vtable_t pgs_algo_gaussiank = {

@@ -67,6 +67,17 @@ int pgs_apply_blocks(pgs_bucket_t *b, float *out) {
   return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
 }
 
+int pgs_gather_apply_clear(pgs_bucket_t *b, int64_t m, float *out) {
+  pgs_phase_enter(b, PGS_PHASE_GATHER);
+  int64_t total = 0;
+  int st = pgs_allgather_blocks(b, b->pairs.ptr, m, &total);
+  if (st == PGS_OK) st = pgs_apply_blocks(b, out);
+  if (st != PGS_OK) return st;
+  b->stats.global_selected = total;
+  return b->ops->zero_at(b->ops, b->resid, b->n, pgs_block_idx(b->pairs.ptr),
+                         (size_t)m);
+}
+
 double pgs_normal_two_sided_quantile(double p) {
   /* Solve erfc(z / sqrt 2) = p by bisection: monotone, 60 halvings reach
    * double precision, and it runs once per call on one scalar. */
