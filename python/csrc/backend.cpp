@@ -27,33 +27,74 @@ void SparseWork::complete(std::exception_ptr error) {
   }
 }
 
+namespace {
+
+// Completion threads a backend may grow to; each one beyond the first exists
+// because all others were busy in callbacks at once.
+constexpr size_t kMaxCompleters = 64;
+
+}  // namespace
+
 SparseBackend::SparseBackend(int rank, int size, CommHandle comm,
+                             std::shared_ptr<PointToPoint> p2p,
                              std::string transport,
                              std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size),
       comm_(std::move(comm)),
+      p2p_(std::move(p2p)),
       transport_(std::move(transport)),
       timeout_(timeout) {
+  if (p2p_)
+    p2p_->attach(
+        [this](c10::intrusive_ptr<SparseWork> work, std::exception_ptr error) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          push_done(Done{std::move(work), error});
+        },
+        timeout_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_completers_ = 1;
+    completers_.emplace_back(&SparseBackend::completion_loop, this);
+  }
   worker_ = std::thread(&SparseBackend::worker_loop, this);
-  completer_ = std::thread(&SparseBackend::completion_loop, this);
+  watchdog_ = std::thread(&SparseBackend::watchdog_loop, this);
   init();
 }
 
 SparseBackend::~SparseBackend() { shutdown(); }
 
 void SparseBackend::shutdown() {
-  bool broken = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_) return;
     stop_ = true;
-    broken = !broken_.empty();
   }
   work_cv_.notify_all();
   done_cv_.notify_all();
+  watchdog_cv_.notify_all();
+  bool stuck = false;
+  {
+    // The worker drains its queue first; the watchdog still guards that.
+    std::unique_lock<std::mutex> lock(mutex_);
+    stopped_cv_.wait(lock, [&] { return worker_done_ || !broken_.empty(); });
+    stuck = !worker_done_;
+  }
   // A worker stuck in a transport call after a timeout can never be joined.
-  if (worker_.joinable()) broken ? worker_.detach() : worker_.join();
-  if (completer_.joinable()) completer_.join();
+  if (worker_.joinable()) stuck ? worker_.detach() : worker_.join();
+  if (watchdog_.joinable()) watchdog_.join();
+  if (p2p_) p2p_->shutdown();
+  std::vector<std::thread> pool;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pool_closed_ = true;
+    pool.swap(completers_);
+  }
+  done_cv_.notify_all();
+  // shutdown() may run inside a completion callback: never join oneself.
+  for (auto& t : pool) {
+    if (!t.joinable()) continue;
+    t.get_id() == std::this_thread::get_id() ? t.detach() : t.join();
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
@@ -72,13 +113,31 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
   return work;
 }
 
+void SparseBackend::push_done(Done d) {
+  done_.push_back(std::move(d));
+  if (idle_completers_ == 0 && !pool_closed_ &&
+      completers_.size() < kMaxCompleters) {
+    // Every completer is inside a callback (which may wait for this very
+    // Work): add one rather than deadlock.
+    ++idle_completers_;
+    completers_.emplace_back(&SparseBackend::completion_loop, this);
+  }
+  done_cv_.notify_one();
+}
+
 void SparseBackend::worker_loop() {
   for (;;) {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) {
+        worker_done_ = true;
+        stopped_cv_.notify_all();
+        done_cv_.notify_all();
+        watchdog_cv_.notify_all();
+        return;
+      }
       task = std::move(queue_.front());
       queue_.pop_front();
       running_ = task.work;
@@ -95,9 +154,8 @@ void SparseBackend::worker_loop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       running_.reset();
-      done_.push_back(Done{task.work, error});
+      push_done(Done{task.work, error});
     }
-    done_cv_.notify_one();
   }
 }
 
@@ -106,29 +164,45 @@ void SparseBackend::fail_all(const std::string& why) {
   auto error = std::make_exception_ptr(
       c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__},
                             why));
-  if (running_) done_.push_back(Done{running_, error});
-  for (auto& t : queue_) done_.push_back(Done{t.work, error});
+  if (running_) push_done(Done{running_, error});
+  for (auto& t : queue_) push_done(Done{t.work, error});
   queue_.clear();
+  stopped_cv_.notify_all();
+}
+
+void SparseBackend::watchdog_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!(stop_ && (worker_done_ || !broken_.empty()))) {
+    watchdog_cv_.wait_for(lock, 100ms);
+    auto now = std::chrono::steady_clock::now();
+    if (running_ && broken_.empty() && now - running_since_ > running_timeout_)
+      fail_all("pg_sparse: " + running_title_ + " timed out after " +
+               std::to_string(running_timeout_.count()) + " ms on rank " +
+               std::to_string(rank_) +
+               " (a peer died, stalled or called a different collective); "
+               "the process group is no longer usable");
+  }
 }
 
 void SparseBackend::completion_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    std::deque<Done> ready;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      done_cv_.wait_for(lock, 100ms, [&] { return stop_ || !done_.empty(); });
-      auto now = std::chrono::steady_clock::now();
-      if (running_ && broken_.empty() && now - running_since_ > running_timeout_)
-        fail_all("pg_sparse: " + running_title_ + " timed out after " +
-                 std::to_string(running_timeout_.count()) +
-                 " ms on rank " + std::to_string(rank_) +
-                 " (a peer died, stalled or called a different collective); "
-                 "the process group is no longer usable");
-      ready.swap(done_);
-      if (ready.empty() && stop_ && (queue_.empty() || !broken_.empty()))
-        return;
+    done_cv_.wait(lock, [&] {
+      return !done_.empty() ||
+             (stop_ && (worker_done_ || !broken_.empty()) && pool_closed_);
+    });
+    if (done_.empty()) {
+      --idle_completers_;
+      return;
     }
-    for (auto& d : ready) d.work->complete(d.error);
+    Done d = std::move(done_.front());
+    done_.pop_front();
+    --idle_completers_;
+    lock.unlock();
+    d.work->complete(d.error);  // runs the future's callbacks
+    d = Done{};
+    lock.lock();
+    ++idle_completers_;
   }
 }
 
@@ -247,24 +321,41 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::barrier(
                  opts.timeout);
 }
 
+namespace {
+
+// Tags at and above this are the gloo transport's own messages.
+constexpr int kMaxUserTag = (1 << 30) - 1;
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> SparseBackend::send(
-    std::vector<at::Tensor>& tensors, int dst, int /*tag*/) {
+    std::vector<at::Tensor>& tensors, int dst, int tag) {
   at::Tensor t = single(tensors, "send");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_,
               "pg_sparse::send: bad destination rank ", dst);
-  auto comm = comm_;
-  return enqueue(c10d::OpType::SEND, "pg_sparse:send", tensors,
-                 [comm, t, dst] { run_point_to_point(comm.get(), t, dst, true); });
+  TORCH_CHECK(tag >= 0 && tag <= kMaxUserTag, "pg_sparse::send: tag ", tag,
+              " out of range [0, ", kMaxUserTag, "]");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
+    TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
+  }
+  return p2p_->send(t, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::recv(
-    std::vector<at::Tensor>& tensors, int src, int /*tag*/) {
+    std::vector<at::Tensor>& tensors, int src, int tag) {
   at::Tensor t = single(tensors, "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_,
               "pg_sparse::recv: bad source rank ", src);
-  auto comm = comm_;
-  return enqueue(c10d::OpType::RECV, "pg_sparse:recv", tensors,
-                 [comm, t, src] { run_point_to_point(comm.get(), t, src, false); });
+  TORCH_CHECK(tag >= 0 && tag <= kMaxUserTag, "pg_sparse::recv: tag ", tag,
+              " out of range [0, ", kMaxUserTag, "]");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
+    TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
+  }
+  return p2p_->recv(t, src, tag);
 }
 
 }  // namespace pg_sparse

@@ -2,11 +2,18 @@
 //
 // Every collective becomes a task on one worker thread, run in submission
 // order (ProcessGroupMPI's queue pattern) over a pgs_comm transport. Futures
-// are completed on a second thread, so a hook that chains a collective inside
-// a then() callback cannot block the worker. That thread is also the watchdog:
-// a task that runs past its timeout fails its Work and every queued Work, and
-// the backend refuses new work, so a dead or stalled peer raises on every
-// surviving rank instead of hanging.
+// are completed off the worker, by a pool of completion threads that grows
+// when every completer is busy in a callback: a then() callback that launches
+// a collective and waits on it (PowerSGD does) needs another thread to
+// complete that collective. A separate watchdog thread fails a task that runs
+// past its timeout, with its Work and every queued Work, and the backend
+// refuses new work, so a dead or stalled peer raises on every surviving rank
+// instead of hanging.
+//
+// The user's point-to-point messages do not go through the worker: they are
+// posted at once by the transport's PointToPoint, since a ring of isend +
+// irecv would deadlock with each worker blocked in its send while the
+// matching receive waits in the peer's queue.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -21,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 extern "C" {
 #include <pg_sparse/comm.h>
@@ -48,9 +56,28 @@ class SparseWork : public c10d::Work {
   std::atomic<bool> done_{false};
 };
 
+// Completes a Work off the caller's thread (the backend's completion pool).
+using Deliver =
+    std::function<void(c10::intrusive_ptr<SparseWork>, std::exception_ptr)>;
+
+// dist.send/recv/isend/irecv of one process group, posted when called.
+class PointToPoint {
+ public:
+  virtual ~PointToPoint() = default;
+  // Called once by the backend before any message: where finished Works go.
+  virtual void attach(Deliver deliver, std::chrono::milliseconds timeout) {}
+  virtual c10::intrusive_ptr<c10d::Work> send(at::Tensor& t, int dst,
+                                              int tag) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> recv(at::Tensor& t, int src,
+                                              int tag) = 0;
+  // Stop delivering; messages still in flight fail their Work.
+  virtual void shutdown() {}
+};
+
 class SparseBackend : public c10d::Backend {
  public:
-  SparseBackend(int rank, int size, CommHandle comm, std::string transport,
+  SparseBackend(int rank, int size, CommHandle comm,
+                std::shared_ptr<PointToPoint> p2p, std::string transport,
                 std::chrono::milliseconds timeout);
   ~SparseBackend() override;
 
@@ -108,14 +135,18 @@ class SparseBackend : public c10d::Backend {
 
   void worker_loop();
   void completion_loop();
+  void watchdog_loop();
+  // With mutex_ held: queue a completion, adding a completer if none is idle.
+  void push_done(Done d);
   void fail_all(const std::string& why);  // with mutex_ held
 
   CommHandle comm_;
+  std::shared_ptr<PointToPoint> p2p_;
   std::string transport_;
   std::chrono::milliseconds timeout_;
 
   std::mutex mutex_;
-  std::condition_variable work_cv_, done_cv_;
+  std::condition_variable work_cv_, done_cv_, watchdog_cv_, stopped_cv_;
   std::deque<Task> queue_;
   std::deque<Done> done_;
   // The task the worker is running, for the watchdog.
@@ -124,8 +155,12 @@ class SparseBackend : public c10d::Backend {
   std::chrono::steady_clock::time_point running_since_;
   std::chrono::milliseconds running_timeout_{0};
   bool stop_ = false;
+  bool worker_done_ = false;    // the worker drained its queue and returned
+  bool pool_closed_ = false;    // shutdown is joining the completers
+  int idle_completers_ = 0;     // completers waiting for a Done
   std::string broken_;  // set once a timeout has failed the backend
-  std::thread worker_, completer_;
+  std::thread worker_, watchdog_;
+  std::vector<std::thread> completers_;
 };
 
 }  // namespace pg_sparse

@@ -193,13 +193,4 @@ void run_alltoall(pgs_comm_t* comm, const at::Tensor& in, const at::Tensor& out,
         "alltoall_base");
 }
 
-void run_point_to_point(pgs_comm_t* comm, const at::Tensor& t, int peer,
-                        bool is_send) {
-  pgs_msg_t m = {peer, t.data_ptr(), nbytes(t)};
-  if (m.bytes == 0) return;
-  check(pgs_comm_exchange(comm, is_send ? &m : nullptr, is_send ? 1 : 0,
-                          is_send ? nullptr : &m, is_send ? 0 : 1),
-        is_send ? "send" : "recv");
-}
-
 }  // namespace pg_sparse

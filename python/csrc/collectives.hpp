@@ -38,7 +38,5 @@ void run_reduce_scatter(pgs_comm_t* comm, const at::Tensor& in,
                         const at::Tensor& out, c10d::ReduceOp::RedOpType op);
 void run_alltoall(pgs_comm_t* comm, const at::Tensor& in,
                   const at::Tensor& out, const AlltoallPlan& plan);
-void run_point_to_point(pgs_comm_t* comm, const at::Tensor& t, int peer,
-                        bool is_send);
 
 }  // namespace pg_sparse

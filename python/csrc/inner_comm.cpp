@@ -16,16 +16,27 @@ std::string& last_transport_error() {
 
 namespace {
 
+// Tags of the transport's own messages: kTagBase + (n mod kTagBase) for the
+// n-th message between two ranks, disjoint from the user's tags (< kTagBase,
+// which the backend checks), so dist.send/recv on the same gloo backend can
+// never match an algorithm's message.
+constexpr uint32_t kTagBase = 1u << 30;
+
 struct InnerComm {
   c10::intrusive_ptr<c10d::Backend> inner;
   int rank = 0, size = 1;
-  // Per-peer message counters: the n-th message between two ranks gets tag n
-  // on both sides, so messages match even when several go to one peer.
-  std::vector<int> send_seq, recv_seq;
+  // Per-peer message counters: the n-th message between two ranks gets the
+  // same tag on both sides, so messages match even when several go to one
+  // peer.
+  std::vector<uint32_t> send_seq, recv_seq;
   std::vector<c10::intrusive_ptr<c10d::Work>> slots[PGS_COMM_SLOTS];
 };
 
 InnerComm* self(void* impl) { return static_cast<InnerComm*>(impl); }
+
+int next_tag(uint32_t& seq) {
+  return static_cast<int>(kTagBase | (seq++ & (kTagBase - 1)));
+}
 
 at::Tensor bytes_of(void* p, size_t n) {
   return at::from_blob(p, {static_cast<int64_t>(n)}, at::kByte);
@@ -74,12 +85,12 @@ int exchange_start(void* impl, const pgs_msg_t* sends, int ns,
     for (int i = 0; i < nr; ++i) {
       std::vector<at::Tensor> t{bytes_of(recvs[i].buf, recvs[i].bytes)};
       works.push_back(
-          c->inner->recv(t, recvs[i].peer, c->recv_seq[recvs[i].peer]++));
+          c->inner->recv(t, recvs[i].peer, next_tag(c->recv_seq[recvs[i].peer])));
     }
     for (int i = 0; i < ns; ++i) {
       std::vector<at::Tensor> t{bytes_of(sends[i].buf, sends[i].bytes)};
       works.push_back(
-          c->inner->send(t, sends[i].peer, c->send_seq[sends[i].peer]++));
+          c->inner->send(t, sends[i].peer, next_tag(c->send_seq[sends[i].peer])));
     }
   });
 }
@@ -167,10 +178,32 @@ int barrier(void* impl) {
 
 void destroy(void* impl) { delete self(impl); }
 
+// The user's messages go straight to gloo, which posts them at once; its
+// Works are returned as they are (their wait() completes them).
+class InnerPointToPoint : public PointToPoint {
+ public:
+  explicit InnerPointToPoint(c10::intrusive_ptr<c10d::Backend> inner)
+      : inner_(std::move(inner)) {}
+  c10::intrusive_ptr<c10d::Work> send(at::Tensor& t, int dst,
+                                      int tag) override {
+    std::vector<at::Tensor> v{t};
+    return inner_->send(v, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(at::Tensor& t, int src,
+                                      int tag) override {
+    std::vector<at::Tensor> v{t};
+    return inner_->recv(v, src, tag);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> inner_;
+};
+
 }  // namespace
 
-CommHandle make_inner_comm(c10::intrusive_ptr<c10d::Backend> inner, int rank,
-                           int size) {
+Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
+                               int rank, int size) {
+  auto p2p = std::make_shared<InnerPointToPoint>(inner);
   auto* c = new InnerComm;
   c->inner = std::move(inner);
   c->rank = rank;
@@ -192,7 +225,7 @@ CommHandle make_inner_comm(c10::intrusive_ptr<c10d::Backend> inner, int rank,
   pgs_comm_t* comm = nullptr;
   check(pgs_comm_create(&vt, c, rank, size, PGS_MEM_HOST, &comm),
         "creating the gloo-backed transport");
-  return CommHandle(comm, pgs_comm_destroy);
+  return Transport{CommHandle(comm, pgs_comm_destroy), std::move(p2p)};
 }
 
 }  // namespace pg_sparse

@@ -2,6 +2,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -29,19 +30,20 @@ Registry& registry() {
 c10::intrusive_ptr<c10d::Backend> create_backend(
     const c10d::DistributedBackendOptions& opts, const std::string& transport,
     c10::intrusive_ptr<c10d::Backend> inner) {
-  CommHandle comm;
+  Transport t;
   if (transport == "mpi") {
-    comm = make_mpi_comm(opts.global_ranks_in_group, opts.group_rank,
-                         opts.group_size);
+    t = make_mpi_transport(opts.global_ranks_in_group, opts.group_rank,
+                           opts.group_size);
   } else {
     TORCH_CHECK(inner, "pg_sparse: transport '", transport,
                 "' needs an inner backend");
-    comm = make_inner_comm(inner, opts.group_rank, opts.group_size);
+    t = make_inner_transport(inner, opts.group_rank, opts.group_size);
   }
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       opts.timeout);
   auto b = c10::make_intrusive<SparseBackend>(
-      opts.group_rank, opts.group_size, comm, transport, timeout);
+      opts.group_rank, opts.group_size, std::move(t.comm), std::move(t.p2p),
+      transport, timeout);
   std::lock_guard<std::mutex> lock(registry().mutex);
   registry().backends.emplace_back(b);
   return b;
@@ -98,8 +100,11 @@ PYBIND11_MODULE(_C, m) {
            py::arg("backend"), py::arg("numel"), py::arg("config"))
       .def("allreduce", &SparseBucket::allreduce, py::arg("tensor"),
            py::call_guard<py::gil_scoped_release>())
-      .def("stats", &SparseBucket::stats)
-      .def("phase_words", &SparseBucket::phase_words)
+      // These wait for the bucket's lock, which a running allreduce holds.
+      .def("stats", &SparseBucket::stats,
+           py::call_guard<py::gil_scoped_release>())
+      .def("phase_words", &SparseBucket::phase_words,
+           py::call_guard<py::gil_scoped_release>())
       .def("residual", &SparseBucket::residual,
            py::call_guard<py::gil_scoped_release>())
       .def("set_residual", &SparseBucket::set_residual,
@@ -107,9 +112,14 @@ PYBIND11_MODULE(_C, m) {
       .def("get_state",
            [](const SparseBucket& b) {
              std::vector<int64_t> bounds;
-             auto st = b.get_state(&bounds);
+             std::map<std::string, double> st;
+             {
+               py::gil_scoped_release nogil;
+               st = b.get_state(&bounds);
+             }
              return py::make_tuple(st, bounds);
            })
-      .def("set_state", &SparseBucket::set_state)
+      .def("set_state", &SparseBucket::set_state,
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("numel", &SparseBucket::numel);
 }

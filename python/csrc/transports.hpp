@@ -13,14 +13,22 @@
 
 namespace pg_sparse {
 
+// What a backend runs on: the pgs_comm of its collectives and the user's
+// point-to-point messages, on separate channels (so neither can match the
+// other's messages).
+struct Transport {
+  CommHandle comm;
+  std::shared_ptr<PointToPoint> p2p;
+};
+
 // Transport over the collectives of @p inner (collective over the group).
-CommHandle make_inner_comm(c10::intrusive_ptr<c10d::Backend> inner, int rank,
-                           int size);
+Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
+                               int rank, int size);
 
 // Open MPI transport over the MPI processes @p global_ranks (collective over
 // them only). Initialises MPI on first use.
-CommHandle make_mpi_comm(std::vector<int64_t> global_ranks, int group_rank,
-                         int group_size);
+Transport make_mpi_transport(std::vector<int64_t> global_ranks, int group_rank,
+                             int group_size);
 
 // MPI_Finalize if this module initialised MPI and nobody finalised it yet.
 void finalize_mpi();

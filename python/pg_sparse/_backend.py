@@ -72,5 +72,8 @@ def create_backend(dist_options: Any, backend_options: Any = None) -> Any:
                                       dist_options.group_size,
                                       dist_options.timeout)
     backend = _C._create_backend(dist_options, transport, inner)
-    _log_once(dist_options.group_rank, transport, why)
+    # Global rank 0 logs (a sub-group's rank 0 may be any process).
+    members = list(dist_options.global_ranks_in_group)
+    global_rank = members[dist_options.group_rank] if members else dist_options.group_rank
+    _log_once(global_rank, transport, why)
     return backend

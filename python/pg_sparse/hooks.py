@@ -9,7 +9,7 @@ checks the hooks' annotations against the real types.
 import torch
 import torch.distributed as dist
 
-from .state import ALGORITHMS, SparseState
+from .state import ALGORITHMS, SparseState, _permute
 
 
 def _first(fut: torch.futures.Future) -> torch.Tensor:
@@ -27,8 +27,15 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     if not buf.is_floating_point():
         raise TypeError(f"pg_sparse: sparse allreduce needs a floating-point "
                         f"bucket, got {buf.dtype}")
-    work = state.native_bucket(bucket.index(), buf).allreduce(buf)
-    return work.get_future().then(_first)
+    params = bucket.parameters() if hasattr(bucket, "parameters") else None
+    native, segments = state._bucket_for(bucket.index(), buf, params)
+    if segments is None:
+        return native.allreduce(buf).get_future().then(_first)
+    # The state refers to another packing of these parameters (DDP's
+    # first iteration after a restore): run it in that order.
+    packed = _permute(buf, segments)
+    return native.allreduce(packed).get_future().then(
+        lambda fut: _permute(fut.value()[0], segments, inverse=True))
 
 
 def sparse_hook(state: SparseState,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,6 +36,15 @@ class SparseState:
 
     Buckets are keyed by DDP's bucket index; when DDP rebuilds its buckets
     and a bucket's size changes, that bucket starts afresh (with warm-up).
+
+    The hooks also track each bucket's layout (which parameters, in which
+    order): DDP's first iteration packs a bucket in parameter order, the
+    rebuilt buckets in gradient-ready order. A native bucket keeps the layout
+    its state (residual, regions) refers to, and a call in another layout of
+    the same parameters is permuted into it, so a state restored from a
+    checkpoint lines up with the parameters in a fresh DDP's first iteration.
+    Parameters are identified by the order the hooks first see them in, the
+    same in every run of one model.
     """
 
     def __init__(self, algo: str | None = None, density: float = 0.01,
@@ -59,6 +70,12 @@ class SparseState:
         self.process_group = process_group
         self._buckets: dict[int, Any] = {}
         self._saved: dict[int, dict[str, Any]] = {}
+        # Per bucket index, the layout its native state refers to:
+        # ((parameter id, numel), ...) or None (not from a DDP bucket).
+        self._layouts: dict[int, tuple[tuple[int, int], ...] | None] = {}
+        self._param_ids: dict[int, tuple[Any, int]] = {}  # id(p) -> (weakref, id)
+        self._next_param_id = 0
+        self._pinned: set[int] = set()  # bucket indices that keep their layout
 
     # -- native buckets -------------------------------------------------
     def _config(self) -> Any:
@@ -79,15 +96,76 @@ class SparseState:
 
     def native_bucket(self, index: int, tensor: torch.Tensor) -> Any:
         """The native state for DDP bucket ``index`` holding ``tensor``."""
+        return self._bucket_for(index, tensor, None)[0]
+
+    def _layout(self, params: Sequence[torch.Tensor] | None,
+                tensor: torch.Tensor) -> tuple[tuple[int, int], ...] | None:
+        if not params or sum(p.numel() for p in params) != tensor.numel():
+            return None
+        layout = []
+        for p in params:
+            known = self._param_ids.get(id(p))
+            if known is None or known[0]() is not p:
+                known = (weakref.ref(p), self._next_param_id)
+                self._next_param_id += 1
+                self._param_ids[id(p)] = known
+            layout.append((known[1], p.numel()))
+        return tuple(layout)
+
+    def _bucket_for(self, index: int, tensor: torch.Tensor,
+                    params: Sequence[torch.Tensor] | None
+                    ) -> tuple[Any, list[tuple[int, int]] | None]:
+        """The native state for bucket ``index`` and, when the bucket's
+        layout differs from the one that state refers to, the (offset,
+        numel) segments of ``tensor`` in the state's order."""
+        layout = self._layout(params, tensor)
         b = self._buckets.get(index)
-        if b is None or b.numel != tensor.numel():
+        mine = self._layouts.get(index)
+        if b is not None and b.numel == tensor.numel() and \
+                (layout is None or mine is None or sorted(mine) == sorted(layout)):
+            if mine is None:
+                self._layouts[index] = mine = layout
+            elif layout is not None and mine != layout and index not in self._pinned:
+                if _untouched(b):
+                    # DDP rebuilt its buckets while this one held no sparse
+                    # state yet: adopt the new layout instead of permuting.
+                    b.set_residual(_permute(b.residual(), _segments(layout, mine), True))
+                    self._layouts[index] = mine = layout
+                else:
+                    self._pinned.add(index)  # permute from now on
+        else:
             b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
                                 self._config())
-            saved = self._saved.pop(index, None)
-            if saved is not None and saved["numel"] == tensor.numel():
+            saved = self._take_saved(index, tensor.numel(), layout)
+            mine = layout
+            if saved is not None:
                 _restore(b, saved)
+                if saved.get("layout") is not None and layout is not None:
+                    mine = tuple((int(i), int(n)) for i, n in saved["layout"])
             self._buckets[index] = b
-        return b
+            self._layouts[index] = mine
+            self._pinned.discard(index)
+        if layout is None or mine is None or mine == layout:
+            return b, None
+        return b, _segments(layout, mine)
+
+    def _take_saved(self, index: int, numel: int,
+                    layout: tuple[tuple[int, int], ...] | None) -> dict[str, Any] | None:
+        """The saved state for a new bucket: the one of the same parameters
+        (any index) when layouts are known, else the same index and size."""
+        if layout is not None:
+            want = sorted(layout)
+            for i in sorted(self._saved, key=lambda i: i != index):
+                saved_layout = self._saved[i].get("layout")
+                if saved_layout is not None and \
+                        sorted((int(a), int(n)) for a, n in saved_layout) == want:
+                    return self._saved.pop(i)
+            if any(s.get("layout") is not None for s in self._saved.values()):
+                return None
+        saved = self._saved.get(index)
+        if saved is not None and saved["numel"] == numel:
+            return self._saved.pop(index)
+        return None
 
     # -- statistics -----------------------------------------------------
     def stats(self) -> dict[int, dict[str, float]]:
@@ -113,8 +191,10 @@ class SparseState:
         buckets = dict(self._saved)
         for i, b in self._buckets.items():
             scalars, bounds = b.get_state()
+            layout = self._layouts.get(i)
             buckets[i] = {"numel": b.numel, "residual": b.residual(),
-                          "bounds": list(bounds), **scalars}
+                          "bounds": list(bounds), **scalars,
+                          "layout": None if layout is None else [list(x) for x in layout]}
         return {"config": {k: getattr(self, k) for k in _CONFIG_KEYS},
                 "buckets": buckets}
 
@@ -126,11 +206,14 @@ class SparseState:
                 setattr(self, k, v)
         self._saved = {int(i): dict(s) for i, s in state["buckets"].items()}
         for i, b in list(self._buckets.items()):
-            saved = self._saved.pop(i, None)
-            if saved is not None and saved["numel"] == b.numel:
+            saved = self._take_saved(i, b.numel, self._layouts.get(i))
+            if saved is not None:
                 _restore(b, saved)
+                if saved.get("layout") is not None and self._layouts.get(i) is not None:
+                    self._layouts[i] = tuple((int(a), int(n)) for a, n in saved["layout"])
             else:
                 del self._buckets[i]
+                self._layouts.pop(i, None)
 
     def __getstate__(self) -> dict[str, Any]:
         # Native handles and process groups do not pickle; the state does.
@@ -139,6 +222,43 @@ class SparseState:
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__init__()
         self.load_state_dict(d["state"])
+
+
+def _segments(layout: Sequence[tuple[int, int]],
+              target: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(offset, numel) in a bucket packed as ``layout`` of each parameter of
+    ``target``, in target's order (adjacent runs merged)."""
+    offsets, at = {}, 0
+    for pid, n in layout:
+        offsets[pid] = at
+        at += n
+    segs: list[tuple[int, int]] = []
+    for pid, n in target:
+        o = offsets[pid]
+        if segs and segs[-1][0] + segs[-1][1] == o:
+            segs[-1] = (segs[-1][0], segs[-1][1] + n)
+        else:
+            segs.append((o, n))
+    return segs
+
+
+def _permute(t: torch.Tensor, segs: list[tuple[int, int]], inverse: bool = False
+             ) -> torch.Tensor:
+    """Gather ``t``'s segments in order (or, inverse, scatter them back)."""
+    if not inverse:
+        return torch.cat([t[o:o + n] for o, n in segs])
+    out = torch.empty_like(t)
+    at = 0
+    for o, n in segs:
+        out[o:o + n] = t[at:at + n]
+        at += n
+    return out
+
+
+def _untouched(bucket: Any) -> bool:
+    """No residual and no regions yet (only warm-up calls so far)."""
+    _, bounds = bucket.get_state()
+    return not bounds and not bool(bucket.residual().any())
 
 
 def _restore(bucket: Any, saved: dict[str, Any]) -> None:

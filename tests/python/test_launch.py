@@ -1,0 +1,172 @@
+"""Item 7: launch detection. Under mpirun the package maps OMPI_* to
+RANK/WORLD_SIZE/LOCAL_RANK itself (the worker sets nothing) and uses the MPI
+transport; under torchrun the gloo transport; PG_SPARSE_TRANSPORT=gloo
+forces gloo under mpirun. Plus unit tests of the mapping on plain dicts and
+of the backend registration (no processes)."""
+
+import pytest
+import torch.distributed as dist
+from test_collectives import job_of
+
+import pg_sparse
+from pg_sparse import _launch
+
+# --- from the collectives jobs (already run, or run here once) -----------
+
+@pytest.mark.parametrize("config", ["mpirun-P2", "mpirun-P3", "mpirun-P4"])
+def test_mpirun_maps_ompi_environment(jobs, config):
+    job = job_of(jobs, config)
+    ports = set()
+    for r in range(job.nproc):
+        info = job.info(r)
+        ompi = info["ompi"]
+        before, after = info["env_before_import"], info["env_after_import"]
+        assert all(v is None for v in before.values()), \
+            f"rank {r}: launch variables set before import pg_sparse: {before}" + job.log()
+        assert ompi["OMPI_COMM_WORLD_RANK"] == str(r)
+        assert after["RANK"] == ompi["OMPI_COMM_WORLD_RANK"], (r, after, ompi)
+        assert after["WORLD_SIZE"] == ompi["OMPI_COMM_WORLD_SIZE"] == str(job.nproc), after
+        assert after["LOCAL_RANK"] == ompi["OMPI_COMM_WORLD_LOCAL_RANK"], after
+        assert after["LOCAL_WORLD_SIZE"] == ompi["OMPI_COMM_WORLD_LOCAL_SIZE"], after
+        assert after["MASTER_ADDR"] == "127.0.0.1", after
+        ports.add(after["MASTER_PORT"])
+        assert (info["dist_rank"], info["dist_world_size"]) == (r, job.nproc), info
+        assert info["transport"] == "mpi", info
+    assert len(ports) == 1 and 20000 <= int(ports.pop()) < 40000
+
+
+@pytest.mark.parametrize("config", ["torchrun-P2", "torchrun-P3"])
+def test_torchrun_uses_gloo_transport(jobs, config):
+    job = job_of(jobs, config)
+    for r in range(job.nproc):
+        info = job.info(r)
+        assert info["transport"] == "gloo", info
+        assert info["env_before_import"]["RANK"] == str(r), info  # torchrun's own
+        assert info["backend"] == "sparse", info
+
+
+def test_env_forces_gloo_under_mpirun(jobs):
+    job = job_of(jobs, "mpirun-P2-gloo")
+    for r in range(job.nproc):
+        info = job.info(r)
+        assert info["transport"] == "gloo", info
+        assert info["env_after_import"]["RANK"] == str(r), info
+    job.check("all_reduce_SUM_float32")
+    assert "transport gloo (set by PG_SPARSE_TRANSPORT)" in job.stderr + job.stdout, job.log()
+
+
+def test_transport_logged_once_at_rank0(jobs):
+    job = job_of(jobs, "mpirun-P3")
+    text = job.stderr + job.stdout
+    assert text.count("[pg_sparse] transport mpi (launched by mpirun)") == 1, job.log()
+
+
+# --- unit tests, no processes --------------------------------------------
+
+def ompi(rank="1", size="4", local_rank="1", local_size="4", **extra):
+    env = {"OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": size,
+           "OMPI_COMM_WORLD_LOCAL_RANK": local_rank, "OMPI_COMM_WORLD_LOCAL_SIZE": local_size,
+           "OMPI_MCA_orte_hnp_uri": "1234.0;tcp://10.0.0.1:5555"}
+    env.update(extra)
+    return env
+
+
+def test_map_ompi_single_node():
+    env = ompi()
+    assert _launch.map_mpi_environment(env) is True
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == \
+        ("1", "4", "1", "4")
+    assert env["MASTER_ADDR"] == "127.0.0.1"
+    port = int(env["MASTER_PORT"])
+    assert 20000 <= port < 40000
+    # Every rank of the job derives the same port; another job another one.
+    other_rank = ompi(rank="3", local_rank="3")
+    _launch.map_mpi_environment(other_rank)
+    assert other_rank["MASTER_PORT"] == env["MASTER_PORT"]
+    other_job = ompi(OMPI_MCA_orte_hnp_uri="999.0;tcp://10.0.0.1:7777")
+    _launch.map_mpi_environment(other_job)
+    assert other_job["MASTER_PORT"] != env["MASTER_PORT"]
+
+
+def test_map_ompi_multi_node_needs_master():
+    env = ompi(rank="5", size="8", local_rank="1", local_size="4")
+    assert _launch.map_mpi_environment(env) is True
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == \
+        ("5", "8", "1", "4")
+    assert "MASTER_ADDR" not in env and "MASTER_PORT" not in env
+
+
+def test_map_keeps_user_values():
+    env = ompi(RANK="7", MASTER_ADDR="node0", MASTER_PORT="29500")
+    _launch.map_mpi_environment(env)
+    assert env["RANK"] == "7" and env["WORLD_SIZE"] == "4"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("node0", "29500")
+
+
+def test_map_nothing_without_launcher():
+    env = {"PATH": "/bin"}
+    assert _launch.map_mpi_environment(env) is False
+    assert env == {"PATH": "/bin"}
+    assert _launch.mpi_launcher(env) is None
+
+
+def test_map_torchrun_wins():
+    """A torchrun job (even inside mpirun or Slurm) is left to torchrun."""
+    env = ompi(TORCHELASTIC_RUN_ID="abc", SLURM_PROCID="0", SLURM_NTASKS="2")
+    before = dict(env)
+    assert _launch.map_mpi_environment(env) is False
+    assert env == before
+
+
+def test_map_slurm():
+    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1",
+           "SLURM_NTASKS_PER_NODE": "2(x3)", "SLURM_JOB_ID": "42"}
+    assert _launch.mpi_launcher(env) == "srun"
+    assert _launch.map_mpi_environment(env) is True
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == \
+        ("3", "6", "1", "2")
+    assert "MASTER_ADDR" not in env  # several nodes
+
+
+def test_map_pmi_and_pmix():
+    env = {"PMI_RANK": "2", "PMI_SIZE": "3", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "3"}
+    assert _launch.mpi_launcher(env) == "pmi"
+    assert _launch.map_mpi_environment(env)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("2", "3", "2")
+    assert env["MASTER_ADDR"] == "127.0.0.1"
+    env = {"PMIX_RANK": "1", "PMIX_NAMESPACE": "job7"}
+    assert _launch.mpi_launcher(env) == "pmix"
+    assert _launch.map_mpi_environment(env)
+    assert env["RANK"] == "1" and "WORLD_SIZE" not in env
+
+
+def test_launcher_preference():
+    env = {**ompi(), "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
+    assert _launch.mpi_launcher(env) == "mpirun"
+
+
+def test_choose_transport(monkeypatch):
+    for k in [k for k in __import__("os").environ if k.startswith(("OMPI_COMM_WORLD", "PMI",
+                                                                     "SLURM_", "TORCHELASTIC"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.delenv("PG_SPARSE_TRANSPORT", raising=False)
+    assert pg_sparse.choose_transport()[0] == "gloo"
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert pg_sparse.choose_transport() == ("mpi", "launched by mpirun")
+    monkeypatch.setenv("PG_SPARSE_TRANSPORT", "gloo")
+    assert pg_sparse.choose_transport() == ("gloo", "set by PG_SPARSE_TRANSPORT")
+    # Backend options win over the environment.
+    assert pg_sparse.choose_transport(pg_sparse.Options(transport="mpi"))[0] == "mpi"
+    monkeypatch.setenv("PG_SPARSE_TRANSPORT", "nccl2")
+    with pytest.raises(ValueError, match="unknown transport"):
+        pg_sparse.choose_transport()
+    with pytest.raises(ValueError, match="unknown transport"):
+        pg_sparse.choose_transport(pg_sparse.Options(transport="tcp"))
+
+
+def test_backend_registered():
+    assert "sparse" in dist.Backend.backend_list
+    assert dist.Backend.backend_capability["sparse"] == ["cpu", "cuda"]
+    assert dist.Backend._plugins["SPARSE"].extended_api is True
+    assert pg_sparse.__file__.endswith("pg_sparse/__init__.py")

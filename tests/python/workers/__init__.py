@@ -1,0 +1,1 @@
+"""Worker scripts that the tests launch under torchrun and mpirun."""
