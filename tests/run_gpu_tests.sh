@@ -8,7 +8,8 @@
 #   bash tests/run_gpu_tests.sh memcheck  compute-sanitizer memcheck on kernels
 #   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
 #   bash tests/run_gpu_tests.sh allreduce Ok-Topk etc. vs NCCL dense, 2 GPUs
-# With no argument: build kernels algos. Logs go to $OUT (or build-gpu/logs).
+#   bash tests/run_gpu_tests.sh python    the backend on CUDA: pytest, torchrun, 2 GPUs
+# With no argument: build kernels algos python. Logs go to $OUT (or build-gpu/logs).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,6 +62,18 @@ step_bench() {
   python3 "$root/cuda/bench/bench_topk.py" 2>&1 | tee -a "$logs/bench.txt"
 }
 
+# The backend on CUDA tensors: build the extension in place, then pytest
+# with torchrun on 2 GPUs (collectives vs NCCL, DDP with every hook, Ok-Topk).
+step_python() {
+  (cd "$root/python" && PGS_PY_BUILD_DIR="$root/build-py" \
+    python3 setup.py build_ext --inplace >"$logs/ext_build.log" 2>&1) ||
+    { tail -40 "$logs/ext_build.log"; return 1; }
+  grep -E "shim" "$logs/ext_build.log"
+  PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda.py" \
+    -q 2>&1 | tee "$logs/pytest_cuda.log" | tail -15
+  return "${PIPESTATUS[0]}"
+}
+
 # One sparse allreduce of 27.5M fp32 on 2 GPUs vs NCCL dense allreduce.
 step_allreduce() {
   mpirun --oversubscribe -np "${NGPU:-2}" -x NCCL_NVLS_ENABLE \
@@ -69,7 +82,7 @@ step_allreduce() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(build kernels algos)
+[ ${#steps[@]} -eq 0 ] && steps=(build kernels algos python)
 status=0
 for s in "${steps[@]}"; do
   echo "== $s"

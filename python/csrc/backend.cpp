@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "collectives.hpp"
+#include "cuda_side.hpp"
 #include "status.hpp"
 
 namespace pg_sparse {
@@ -10,21 +11,32 @@ namespace pg_sparse {
 using namespace std::chrono_literals;
 
 SparseWork::SparseWork(int rank, c10d::OpType type, const char* title,
-                       std::vector<at::Tensor> outputs)
+                       std::vector<at::Tensor> outputs,
+                       std::shared_ptr<DeviceHooks> dev)
     : c10d::Work(rank, type, title),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      dev_(std::move(dev)),
+      future_(dev_ ? c10::make_intrusive<c10::ivalue::Future>(
+                         c10::ListType::create(c10::TensorType::get()),
+                         dev_->devices)
+                   : c10::make_intrusive<c10::ivalue::Future>(
+                         c10::ListType::create(c10::TensorType::get()))) {}
 
 void SparseWork::complete(std::exception_ptr error) {
   if (done_.exchange(true)) return;
   if (error) {
     future_->setError(error);
     finish(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-    finish();
+    return;
   }
+  // A CUDA-aware future records an event on the current stream: make that
+  // the comm stream, so consumers wait for the task and not for more.
+  auto mark = [this] { future_->markCompleted(c10::IValue(outputs_)); };
+  if (dev_)
+    dev_->on_stream(mark);
+  else
+    mark();
+  finish();
 }
 
 namespace {
@@ -99,15 +111,16 @@ void SparseBackend::shutdown() {
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
     c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
-    std::function<void()> fn, std::chrono::milliseconds timeout) {
+    std::function<void()> fn, std::chrono::milliseconds timeout,
+    std::shared_ptr<DeviceHooks> dev) {
   auto work = c10::make_intrusive<SparseWork>(rank_, type, title,
-                                              std::move(outputs));
+                                              std::move(outputs), dev);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
     TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
     if (timeout == c10d::kUnsetTimeout) timeout = timeout_;
-    queue_.push_back(Task{work, std::move(fn), timeout, title});
+    queue_.push_back(Task{work, std::move(dev), std::move(fn), timeout, title});
   }
   work_cv_.notify_one();
   return work;
@@ -147,7 +160,14 @@ void SparseBackend::worker_loop() {
     }
     std::exception_ptr error;
     try {
-      task.fn();
+      if (task.dev) {
+        task.dev->on_stream([&task] {
+          task.fn();
+          task.dev->record_done();
+        });
+      } else {
+        task.fn();
+      }
     } catch (...) {
       error = std::current_exception();
     }
@@ -219,17 +239,52 @@ at::Tensor single(std::vector<at::Tensor>& tensors, const char* op) {
 
 }  // namespace
 
+Route SparseBackend::route(const std::vector<at::Tensor>& tensors) {
+  const at::Tensor& first = tensors.at(0);
+  for (const auto& t : tensors)
+    TORCH_CHECK(t.device() == first.device(),
+                "pg_sparse: all tensors of one call must be on one device");
+  if (!first.is_cuda()) {
+    CommHandle comm = comm_;
+    return Route{[comm] { return comm.get(); }, nullptr};
+  }
+#ifdef PGS_SHIM_CUDA
+  std::shared_ptr<CudaSide> side = cuda_side(first.device().index());
+  auto dev = cuda_prepare(side, tensors);
+  return Route{[side] { return cuda_comm(*side); }, dev};
+#else
+  TORCH_CHECK(false, "pg_sparse: this build has no CUDA support");
+#endif
+}
+
+std::shared_ptr<CudaSide> SparseBackend::cuda_side(int device) {
+#ifdef PGS_SHIM_CUDA
+  std::lock_guard<std::mutex> lock(cuda_mutex_);
+  if (!cuda_) {
+    TORCH_CHECK(store_, "pg_sparse: no store to bootstrap NCCL");
+    cuda_ = cuda_side_create(store_, rank_, size_, device);
+  }
+  TORCH_CHECK(cuda_side_device(*cuda_) == device,
+              "pg_sparse: one process group serves one GPU per rank (device ",
+              cuda_side_device(*cuda_), "), got a tensor on cuda:", device);
+  return cuda_;
+#else
+  (void)device;
+  return nullptr;
+#endif
+}
+
 c10::intrusive_ptr<c10d::Work> SparseBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   at::Tensor t = single(tensors, "broadcast");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
               "pg_sparse::broadcast: root rank ", opts.rootRank,
               " out of range");
-  auto comm = comm_;
+  Route r = route({t});
   int root = static_cast<int>(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "pg_sparse:broadcast", tensors,
-                 [comm, t, root] { run_broadcast(comm.get(), t, root); },
-                 opts.timeout);
+                 [r, t, root] { run_broadcast(r.comm(), t, root); },
+                 opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
@@ -237,10 +292,10 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
   at::Tensor t = single(tensors, "allreduce");
   auto op = opts.reduceOp.op_;
   check_reduce_op(op, t, "allreduce");
-  auto comm = comm_;
+  Route r = route({t});
   return enqueue(c10d::OpType::ALLREDUCE, "pg_sparse:allreduce", tensors,
-                 [comm, t, op] { run_allreduce(comm.get(), t, op); },
-                 opts.timeout);
+                 [r, t, op] { run_allreduce(r.comm(), t, op); },
+                 opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::allgather(
@@ -257,11 +312,13 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allgather(
                 "pg_sparse::allgather: output tensors must match the input's "
                 "size and dtype");
   }
-  auto comm = comm_;
   auto outs = outputs[0];
+  std::vector<at::Tensor> all = outs;
+  all.push_back(in);
+  Route r = route(all);
   return enqueue(c10d::OpType::ALLGATHER, "pg_sparse:allgather", outs,
-                 [comm, in, outs] { run_allgather(comm.get(), in, outs); },
-                 opts.timeout);
+                 [r, in, outs] { run_allgather(r.comm(), in, outs); },
+                 opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::_allgather_base(
@@ -272,11 +329,11 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::_allgather_base(
                   output.scalar_type() == input.scalar_type(),
               "pg_sparse::_allgather_base: output must hold world_size times "
               "the input, same dtype");
-  auto comm = comm_;
   at::Tensor in = input, out = output;
+  Route r = route({in, out});
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "pg_sparse:_allgather_base",
-                 {out}, [comm, in, out] { run_allgather_base(comm.get(), in, out); },
-                 opts.timeout);
+                 {out}, [r, in, out] { run_allgather_base(r.comm(), in, out); },
+                 opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::_reduce_scatter_base(
@@ -290,12 +347,12 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::_reduce_scatter_base(
               "times the output, same dtype");
   auto op = opts.reduceOp.op_;
   check_reduce_op(op, input, "_reduce_scatter_base");
-  auto comm = comm_;
   at::Tensor in = input, out = output;
+  Route r = route({in, out});
   return enqueue(
       c10d::OpType::_REDUCE_SCATTER_BASE, "pg_sparse:_reduce_scatter_base",
-      {out}, [comm, in, out, op] { run_reduce_scatter(comm.get(), in, out, op); },
-      opts.timeout);
+      {out}, [r, in, out, op] { run_reduce_scatter(r.comm(), in, out, op); },
+      opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::alltoall_base(
@@ -304,13 +361,11 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::alltoall_base(
   check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
   auto plan = plan_alltoall(input, output, input_splits, output_splits, size_);
-  auto comm = comm_;
   at::Tensor in = input, out = output;
+  Route r = route({in, out});
   return enqueue(c10d::OpType::ALLTOALL_BASE, "pg_sparse:alltoall_base", {out},
-                 [comm, in, out, plan] {
-                   run_alltoall(comm.get(), in, out, plan);
-                 },
-                 opts.timeout);
+                 [r, in, out, plan] { run_alltoall(r.comm(), in, out, plan); },
+                 opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::barrier(

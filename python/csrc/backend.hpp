@@ -34,6 +34,8 @@ extern "C" {
 #include <pg_sparse/comm.h>
 }
 
+#include "device.hpp"
+
 namespace pg_sparse {
 
 // Owns a pgs_comm_t; destroyed when the last user (backend, bucket) lets go.
@@ -41,9 +43,15 @@ using CommHandle = std::shared_ptr<pgs_comm_t>;
 
 class SparseWork : public c10d::Work {
  public:
+  // @p dev: device tensors (CUDA-aware future, stream-ordered completion).
   SparseWork(int rank, c10d::OpType type, const char* title,
-             std::vector<at::Tensor> outputs);
+             std::vector<at::Tensor> outputs,
+             std::shared_ptr<DeviceHooks> dev = nullptr);
   std::vector<at::Tensor> result() override { return outputs_; }
+  // Device tensors: the caller's stream waits for the task; the CPU doesn't.
+  void synchronize() override {
+    if (dev_) dev_->block_current();
+  }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     return future_;
   }
@@ -52,8 +60,17 @@ class SparseWork : public c10d::Work {
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::shared_ptr<DeviceHooks> dev_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> done_{false};
+};
+
+class CudaSide;
+
+// Where a collective runs: the host transport, or the CUDA side's.
+struct Route {
+  std::function<pgs_comm_t*()> comm;  // called on the worker thread
+  std::shared_ptr<DeviceHooks> dev;   // null for host tensors
 };
 
 // Completes a Work off the caller's thread (the backend's completion pool).
@@ -119,11 +136,27 @@ class SparseBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> enqueue(
       c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
       std::function<void()> fn,
-      std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
+      std::chrono::milliseconds timeout = c10d::kUnsetTimeout,
+      std::shared_ptr<DeviceHooks> dev = nullptr);
+
+  // The transport for these tensors (all on one device), preparing the
+  // stream handoff for CUDA tensors. Caller's thread.
+  Route route(const std::vector<at::Tensor>& tensors);
+  // The store, for bootstrapping device transports (set by the creator).
+  void set_store(c10::intrusive_ptr<c10d::Store> store) {
+    store_ = std::move(store);
+  }
+  // CUDA side of @p device (created on first use); null without CUDA.
+  std::shared_ptr<CudaSide> cuda_side(int device);
 
  private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::mutex cuda_mutex_;
+  std::shared_ptr<CudaSide> cuda_;
+
   struct Task {
     c10::intrusive_ptr<SparseWork> work;
+    std::shared_ptr<DeviceHooks> dev;
     std::function<void()> fn;
     std::chrono::milliseconds timeout;
     std::string title;

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "cuda_side.hpp"
 #include "status.hpp"
 
 extern "C" {
@@ -13,10 +14,41 @@ namespace pg_sparse {
 struct SparseBucket::State {
   CommHandle comm;  // keeps the transport alive as long as the bucket
   pgs_bucket_t* bucket = nullptr;
+  pgs_config_t config{};
+  std::shared_ptr<CudaSide> cuda;  // set once the bucket moved to a GPU
   mutable std::mutex mutex;  // the worker's call vs. readers of the state
   pgs_stats_t last{};
   ~State() { pgs_bucket_destroy(bucket); }
 };
+
+namespace {
+
+#ifdef PGS_SHIM_CUDA
+// First CUDA call (worker thread): rebuild the bucket on the GPU's transport
+// and ops, carrying over whatever state was restored on the host one.
+void move_to_cuda(SparseBucket::State& s, const std::shared_ptr<CudaSide>& side,
+                  int64_t n) {
+  std::vector<float> resid(n);
+  std::vector<int64_t> bounds(pgs_comm_size(s.comm.get()) + 1);
+  pgs_bucket_state_t st{};
+  check(pgs_bucket_get_residual(s.bucket, resid.data()), "reading the residual");
+  check(pgs_bucket_get_state(s.bucket, &st, bounds.data()), "reading state");
+  pgs_bucket_t* b = nullptr;
+  check(pgs_bucket_create(&s.config, cuda_comm(*side), cuda_ops(*side),
+                          static_cast<size_t>(n), &b),
+        "creating a sparse bucket on the GPU");
+  int rc = pgs_bucket_set_residual(b, resid.data());
+  if (rc == PGS_OK)
+    rc = pgs_bucket_set_state(b, &st, st.have_bounds ? bounds.data() : nullptr);
+  if (rc != PGS_OK) pgs_bucket_destroy(b);
+  check(rc, "moving the bucket state to the GPU");
+  pgs_bucket_destroy(s.bucket);
+  s.bucket = b;
+  s.cuda = side;
+}
+#endif
+
+}  // namespace
 
 namespace {
 
@@ -50,6 +82,7 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   TORCH_CHECK_VALUE(numel > 0, "pg_sparse: empty bucket");
   state_ = std::make_shared<State>();
   state_->comm = backend_->comm();
+  state_->config = c;
   int st = pgs_bucket_create(&c, state_->comm.get(), pgs_ops_cpu(),
                              static_cast<size_t>(numel), &state_->bucket);
   if (st == PGS_ERR_INVALID)
@@ -67,25 +100,38 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
                    "bfloat16 bucket, got ", dtype);
   TORCH_CHECK_VALUE(t.numel() == numel_, "pg_sparse: bucket has ", t.numel(),
                     " elements but this state was made for ", numel_);
-  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous(),
-              "pg_sparse: sparse allreduce needs a contiguous CPU tensor in "
-              "this build");
+  TORCH_CHECK(t.is_contiguous(), "pg_sparse: sparse allreduce needs a "
+              "contiguous bucket");
+  Route route = backend_->route({t});  // checks the device, prepares streams
+  std::shared_ptr<CudaSide> side;
+  if (t.is_cuda()) side = backend_->cuda_side(t.device().index());
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    TORCH_CHECK(!state_->cuda || t.is_cuda(),
+                "pg_sparse: this bucket's state lives on the GPU; got a CPU "
+                "tensor");
+  }
   auto state = state_;
   std::string algo = algo_;
   int64_t n = numel_;
   return backend_->enqueue(
       c10d::OpType::ALLREDUCE, "pg_sparse:sparse_allreduce", {t},
-      [state, t, algo, n] {
-        // The C core works in fp32; half buckets go through an fp32 copy.
+      [state, t, algo, n, side] {
+        std::lock_guard<std::mutex> lock(state->mutex);
+#ifdef PGS_SHIM_CUDA
+        if (side && !state->cuda) move_to_cuda(*state, side, n);
+#endif
+        // The C core works in fp32; half buckets go through an fp32 copy
+        // (on the comm stream for GPU buckets: the task runs on it).
         at::Tensor work = t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
         float* p = work.data_ptr<float>();
-        std::lock_guard<std::mutex> lock(state->mutex);
         int st = pgs_bucket_allreduce(state->bucket, p, p);
         pgs_bucket_stats(state->bucket, &state->last);
         check(st, "sparse allreduce (" + algo + ")",
               describe_failure(st, n, algo));
         if (!work.is_same(t)) t.copy_(work);
-      });
+      },
+      c10d::kUnsetTimeout, route.dev);
 }
 
 std::map<std::string, double> SparseBucket::stats() const {

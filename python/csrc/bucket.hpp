@@ -26,6 +26,8 @@ struct BucketConfig {
 
 class SparseBucket {
  public:
+  struct State;  // shared with queued tasks (defined in bucket.cpp)
+
   SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend, int64_t numel,
                const BucketConfig& config);
 
@@ -45,7 +47,6 @@ class SparseBucket {
   int64_t numel() const { return numel_; }
 
  private:
-  struct State;  // shared with queued tasks
   c10::intrusive_ptr<SparseBackend> backend_;
   std::shared_ptr<State> state_;
   int64_t numel_;

@@ -12,8 +12,13 @@ using RedOp = c10d::ReduceOp::RedOpType;
 void check_tensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.layout() == at::kStrided, "pg_sparse::", op,
               ": only dense tensors are supported, got layout ", t.layout());
+#ifdef PGS_SHIM_CUDA
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "pg_sparse::", op,
+              ": tensors must be on the CPU or a CUDA GPU, got ", t.device());
+#else
   TORCH_CHECK(t.device().is_cpu(), "pg_sparse::", op,
               ": tensors must be on the CPU in this build, got ", t.device());
+#endif
   TORCH_CHECK(t.is_contiguous(), "pg_sparse::", op,
               ": tensors must be contiguous");
 }
@@ -131,7 +136,8 @@ void run_reduce_scatter(pgs_comm_t* comm, const at::Tensor& in,
     sends.push_back({j, src + j * chunk, chunk});
     recvs.push_back({j, dst + j * chunk, chunk});
   }
-  std::memcpy(dst + me * chunk, src + me * chunk, chunk);
+  // A tensor copy, not memcpy: the buffers may be on a GPU.
+  rows[me].copy_(in.reshape({-1}).narrow(0, me * out.numel(), out.numel()));
   check(pgs_comm_exchange(comm, sends.data(), (int)sends.size(), recvs.data(),
                           (int)recvs.size()),
         "_reduce_scatter_base");
@@ -187,7 +193,16 @@ void run_alltoall(pgs_comm_t* comm, const at::Tensor& in, const at::Tensor& out,
     if (p.send_bytes[j]) sends.push_back({j, src + p.send_off[j], p.send_bytes[j]});
     if (p.recv_bytes[j]) recvs.push_back({j, dst + p.recv_off[j], p.recv_bytes[j]});
   }
-  std::memcpy(dst + p.recv_off[me], src + p.send_off[me], p.send_bytes[me]);
+  // The own block as a byte copy through tensors (the buffers may be on a
+  // GPU, where memcpy cannot reach).
+  if (p.send_bytes[me] > 0) {
+    auto bytes = [](const at::Tensor& t) {
+      return at::from_blob(t.data_ptr(), {(int64_t)(t.numel() * t.element_size())},
+                           t.options().dtype(at::kByte));
+    };
+    bytes(out).narrow(0, p.recv_off[me], p.recv_bytes[me])
+        .copy_(bytes(in).narrow(0, p.send_off[me], p.send_bytes[me]));
+  }
   check(pgs_comm_exchange(comm, sends.data(), (int)sends.size(), recvs.data(),
                           (int)recvs.size()),
         "alltoall_base");

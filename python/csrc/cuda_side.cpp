@@ -1,0 +1,117 @@
+// CUDA path of the backend, after ProcessGroupGloo's CUDA handling: an event
+// on the caller's stream that the comm stream waits for, recordStream on
+// every tensor, the task on the comm stream, and a CUDA-aware future marked
+// under a stream guard, so consumers' streams wait without blocking the CPU.
+#ifdef PGS_SHIM_CUDA
+
+#include "cuda_side.hpp"
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <mutex>
+#include <string>
+
+#include "backend.hpp"
+#include "status.hpp"
+
+#include <pg_sparse/comm_nccl.h>
+#include <pg_sparse/ops_cuda.h>
+
+namespace pg_sparse {
+
+class CudaSide {
+ public:
+  CudaSide(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+           int device)
+      : store_(std::move(store)),
+        rank_(rank),
+        size_(size),
+        device_(device),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
+                                             static_cast<c10::DeviceIndex>(device))) {}
+  ~CudaSide() {
+    comm_.reset();
+    if (ops_ != nullptr) pgs_ops_cuda_destroy(ops_);
+  }
+
+  pgs_comm_t* comm() {
+    std::call_once(once_, [this] { init(); });
+    return comm_.get();
+  }
+  const pgs_ops_t* ops() {
+    comm();
+    return ops_;
+  }
+  int device() const { return device_; }
+  c10::cuda::CUDAStream stream() const { return stream_; }
+
+ private:
+  // Collective: every rank reaches its first CUDA task in the same order.
+  void init() {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    check(pgs_ops_cuda_create(stream_.stream(), device_, &ops_),
+          "creating the CUDA ops table");
+    std::vector<uint8_t> id(PGS_NCCL_ID_BYTES);
+    const std::string key = "pg_sparse_nccl_id";
+    if (rank_ == 0) {
+      check(pgs_nccl_make_id(id.data()), "ncclGetUniqueId");
+      store_->set(key, id);
+    } else {
+      id = store_->get(key);
+    }
+    pgs_comm_t* c = nullptr;
+    check(pgs_comm_nccl_create(id.data(), rank_, size_, stream_.stream(), &c),
+          "creating the NCCL transport");
+    comm_ = CommHandle(c, pgs_comm_destroy);
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, size_, device_;
+  c10::cuda::CUDAStream stream_;
+  std::once_flag once_;
+  pgs_ops_t* ops_ = nullptr;
+  CommHandle comm_;
+};
+
+std::shared_ptr<CudaSide> cuda_side_create(
+    c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device) {
+  return std::make_shared<CudaSide>(std::move(store), rank, size, device);
+}
+
+int cuda_side_device(const CudaSide& side) { return side.device(); }
+
+std::shared_ptr<DeviceHooks> cuda_prepare(
+    const std::shared_ptr<CudaSide>& side,
+    const std::vector<at::Tensor>& tensors) {
+  const auto dev = static_cast<c10::DeviceIndex>(side->device());
+  auto comm_stream = side->stream();
+  // The comm stream starts after everything the caller queued so far.
+  at::cuda::CUDAEvent ready;
+  ready.record(c10::cuda::getCurrentCUDAStream(dev));
+  ready.block(comm_stream);
+  for (const auto& t : tensors)
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                  comm_stream);
+  auto done = std::make_shared<at::cuda::CUDAEvent>();
+  auto hooks = std::make_shared<DeviceHooks>();
+  hooks->devices = {c10::Device(c10::DeviceType::CUDA, dev)};
+  hooks->on_stream = [comm_stream](const std::function<void()>& fn) {
+    c10::cuda::CUDAStreamGuard guard(comm_stream);
+    fn();
+  };
+  hooks->record_done = [done, comm_stream] { done->record(comm_stream); };
+  hooks->block_current = [done, dev] {
+    done->block(c10::cuda::getCurrentCUDAStream(dev));
+  };
+  return hooks;
+}
+
+pgs_comm_t* cuda_comm(CudaSide& side) { return side.comm(); }
+const pgs_ops_t* cuda_ops(CudaSide& side) { return side.ops(); }
+
+}  // namespace pg_sparse
+
+#endif  // PGS_SHIM_CUDA

@@ -1,0 +1,43 @@
+// The CUDA side of a backend: a comm stream, the CUDA ops table on it, and a
+// device transport (NCCL, bootstrapped through the c10d store) created on
+// first use by the worker thread. Only built when torch has CUDA.
+#pragma once
+
+#ifdef PGS_SHIM_CUDA
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "device.hpp"
+
+extern "C" {
+#include <pg_sparse/comm.h>
+#include <pg_sparse/ops.h>
+}
+
+namespace pg_sparse {
+
+class CudaSide;
+
+// Caller's thread, cheap: no communication until cuda_comm().
+std::shared_ptr<CudaSide> cuda_side_create(
+    c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device);
+int cuda_side_device(const CudaSide& side);
+
+// Caller's thread: the comm stream waits for the caller's current stream and
+// the tensors' memory is kept for it until the task is done.
+std::shared_ptr<DeviceHooks> cuda_prepare(
+    const std::shared_ptr<CudaSide>& side,
+    const std::vector<at::Tensor>& tensors);
+
+// Worker thread: the device transport (created collectively on first use)
+// and the ops table, both on the comm stream.
+pgs_comm_t* cuda_comm(CudaSide& side);
+const pgs_ops_t* cuda_ops(CudaSide& side);
+
+}  // namespace pg_sparse
+
+#endif  // PGS_SHIM_CUDA

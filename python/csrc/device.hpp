@@ -1,0 +1,25 @@
+// What a Work on device tensors needs beyond a host Work: the devices of its
+// CUDA-aware future, the stream its task runs on, and how the caller's
+// stream waits for it. Filled by cuda_side.cpp; empty for host tensors.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace pg_sparse {
+
+struct DeviceHooks {
+  std::vector<c10::Device> devices;
+  // Runs @p fn with the comm stream current (the worker's task, and the
+  // completion that marks the future, so consumers wait on that stream).
+  std::function<void(const std::function<void()>&)> on_stream;
+  // Records the end of the task on the comm stream (worker, after the task).
+  std::function<void()> record_done;
+  // Makes the caller's current stream wait for the task (Work::synchronize).
+  std::function<void()> block_current;
+};
+
+}  // namespace pg_sparse

@@ -1,0 +1,23 @@
+"""The GPU path end to end: torchrun with one process per GPU (2), every
+collective on CUDA tensors against NCCL, DDP with every hook on CUDA, Ok-Topk
+training on the GPU. Skips where fewer than two GPUs (or a CPU torch)."""
+
+import pytest
+import torch
+
+NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = pytest.mark.skipif(NGPU < 2, reason="needs 2 CUDA GPUs")
+
+CHECKS = ["broadcast"] + [
+    f"all_reduce_{op}_{dt}" for op in ("SUM", "AVG", "MAX", "MIN", "PRODUCT")
+    for dt in ("float32", "float16", "bfloat16", "int64")
+    if not (op == "AVG" and dt == "int64")] + [
+    "all_gather", "reduce_scatter", "all_to_all", "barrier_and_async"] + [
+    f"ddp_hook_density1_{a}" for a in
+    ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")] + [
+    "oktopk_density001_trains"]
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_cuda(jobs, check):
+    jobs.get("torchrun", "cuda.py", 2, timeout=300).check(check)
