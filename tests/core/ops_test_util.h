@@ -17,22 +17,17 @@
 #include <set>
 #include <vector>
 
+#include "test_data.h"
+
 namespace ops_test {
+
+using pgs_test_data::bits_of;
+using pgs_test_data::from_bits;
+using pgs_test_data::normal;
+using pgs_test_data::tied;
 
 inline const pgs_ops_t *ops() {
   return pgs_ops_cpu();
-}
-
-inline uint32_t bits_of(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
-
-inline float from_bits(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
 }
 
 inline uint32_t abs_bits(float x) {
@@ -44,28 +39,6 @@ inline bool same_bits(const std::vector<float> &a,
                       const std::vector<float> &b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-}
-
-inline std::vector<float> normal(size_t n, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(gen);
-  return v;
-}
-
-// Values from a small set (many ties), a share of them zero, random signs.
-inline std::vector<float> tied(size_t n, uint64_t seed, int levels,
-                               double zero_p) {
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int> lvl(1, levels);
-  std::bernoulli_distribution zero(zero_p), neg(0.5);
-  std::vector<float> v(n);
-  for (auto &x : v) {
-    x = zero(gen) ? 0.0f : 0.25f * static_cast<float>(lvl(gen));
-    if (neg(gen)) x = -x;
-  }
-  return v;
 }
 
 struct Kth {

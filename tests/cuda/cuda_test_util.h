@@ -25,7 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "test_data.h"
+
 namespace cuda_test {
+
+using pgs_test_data::bits_of;
+using pgs_test_data::from_bits;
+using pgs_test_data::normal;
+using pgs_test_data::tied;
 
 inline const pgs_ops_t *cpu() {
   return pgs_ops_cpu();
@@ -91,40 +98,6 @@ class Dev {
 };
 
 // ---- data -------------------------------------------------------------------
-
-inline uint32_t bits_of(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
-
-inline float from_bits(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-}
-
-inline std::vector<float> normal(size_t n, uint64_t seed, float sd = 1.0f) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(gen);
-  return v;
-}
-
-// Values from a small set (many ties), a share of them zero, random signs.
-inline std::vector<float> tied(size_t n, uint64_t seed, int levels,
-                               double zero_p) {
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int> lvl(1, levels);
-  std::bernoulli_distribution zero(zero_p), neg(0.5);
-  std::vector<float> v(n);
-  for (auto &x : v) {
-    x = zero(gen) ? 0.0f : 0.25f * static_cast<float>(lvl(gen));
-    if (neg(gen)) x = -x;
-  }
-  return v;
-}
 
 // Denormals, zeros (both signs) and a few normals.
 inline std::vector<float> denormals(size_t n, uint64_t seed) {

@@ -1,0 +1,49 @@
+// Deterministic test data and float bit helpers, shared by the host and the
+// CUDA ops tests (both compare against the same inputs).
+#ifndef PGS_TESTS_TEST_DATA_H
+#define PGS_TESTS_TEST_DATA_H
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace pgs_test_data {
+
+inline uint32_t bits_of(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+inline float from_bits(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+inline std::vector<float> normal(size_t n, uint64_t seed, float sd = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto &x : v) x = d(gen);
+  return v;
+}
+
+// Values from a small set (many ties), a share of them zero, random signs.
+inline std::vector<float> tied(size_t n, uint64_t seed, int levels,
+                               double zero_p) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int> lvl(1, levels);
+  std::bernoulli_distribution zero(zero_p), neg(0.5);
+  std::vector<float> v(n);
+  for (auto &x : v) {
+    x = zero(gen) ? 0.0f : 0.25f * static_cast<float>(lvl(gen));
+    if (neg(gen)) x = -x;
+  }
+  return v;
+}
+
+}  // namespace pgs_test_data
+
+#endif  // PGS_TESTS_TEST_DATA_H
