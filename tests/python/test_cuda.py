@@ -1,4 +1,4 @@
-"""The GPU path end to end: torchrun with one process per GPU (2), every
+"""The GPU path end to end: torchrun and mpirun with one process per GPU (2), every
 collective on CUDA tensors against NCCL, DDP with every hook on CUDA, Ok-Topk
 training on the GPU. Skips where fewer than two GPUs (or a CPU torch)."""
 
@@ -18,6 +18,10 @@ CHECKS = ["broadcast"] + [
     "oktopk_density001_trains"]
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
 @pytest.mark.parametrize("check", CHECKS)
-def test_cuda(jobs, check):
-    jobs.get("torchrun", "cuda.py", 2, timeout=300).check(check)
+def test_cuda(jobs, launcher, check):
+    """CUDA tensors take NCCL under either launcher (CPU tensors take gloo
+    under torchrun and Open MPI under mpirun)."""
+    jobs.get(launcher, "cuda.py", 2, env={"NCCL_NVLS_ENABLE": "0"},
+             timeout=300).check(check)
