@@ -28,8 +28,9 @@ typedef struct staged_slot {
 } staged_slot_t;
 
 typedef struct staged_comm {
-  pgs_comm_t *host;
+  pgs_comm_t *host; /* the inner transport (device memory when direct) */
   cudaStream_t stream;
+  int direct;       /* CUDA-aware inner transport: synchronise, no copies */
   pinned_t buf; /* collectives */
   staged_slot_t slot[PGS_COMM_SLOTS];
 } staged_comm_t;
@@ -76,6 +77,10 @@ static int grow_msgs(staged_slot_t *s, int n) {
 static int exchange_start(void *impl, const pgs_msg_t *sends, int ns,
                           const pgs_msg_t *recvs, int nr, int slot) {
   staged_comm_t *c = impl;
+  if (c->direct) {
+    int st = sync(c);
+    return st ? st : pgs_comm_exchange_start(c->host, sends, ns, recvs, nr, slot);
+  }
   staged_slot_t *s = &c->slot[slot];
   size_t total = 0;
   for (int i = 0; i < ns; ++i) total += sends[i].bytes;
@@ -102,6 +107,7 @@ static int exchange_start(void *impl, const pgs_msg_t *sends, int ns,
 
 static int exchange_wait(void *impl, int slot) {
   staged_comm_t *c = impl;
+  if (c->direct) return pgs_comm_exchange_wait(c->host, slot);
   staged_slot_t *s = &c->slot[slot];
   int st = pgs_comm_exchange_wait(c->host, slot);
   size_t at = s->recv_off;
@@ -117,6 +123,11 @@ static int allgatherv(void *impl, const void *send, size_t send_bytes,
                       void *recv, const size_t *recv_bytes,
                       const size_t *displs) {
   staged_comm_t *c = impl;
+  if (c->direct) {
+    int st = sync(c);
+    return st ? st : pgs_comm_allgatherv(c->host, send, send_bytes, recv,
+                                         recv_bytes, displs);
+  }
   const int P = pgs_comm_size(c->host);
   size_t end = 0;
   for (int r = 0; r < P; ++r)
@@ -137,6 +148,10 @@ static int allgatherv(void *impl, const void *send, size_t send_bytes,
 static int round_trip(staged_comm_t *c, void *buf, size_t bytes,
                       int (*fn)(staged_comm_t *, void *, size_t, const void *),
                       const void *arg) {
+  if (c->direct) {
+    int st = sync(c);
+    return st ? st : fn(c, buf, bytes, arg);
+  }
   int st = reserve(&c->buf, bytes);
   if (st == PGS_OK) st = to_host(c, c->buf.ptr, buf, bytes);
   if (st == PGS_OK) st = sync(c);
@@ -219,24 +234,35 @@ static const pgs_comm_vtable_t staged_vtable = {
     .destroy = destroy,
 };
 
-int pgs_comm_staged_create(pgs_comm_t *host_comm, cudaStream_t stream,
-                           pgs_comm_t **out) {
+static int wrap(pgs_comm_t *inner, pgs_mem_t inner_mem, cudaStream_t stream,
+                int direct, pgs_comm_t **out) {
   if (out == NULL) {
-    pgs_comm_destroy(host_comm);
+    pgs_comm_destroy(inner);
     return PGS_ERR_INVALID;
   }
   *out = NULL;
-  if (host_comm == NULL || pgs_comm_mem(host_comm) != PGS_MEM_HOST) {
-    pgs_comm_destroy(host_comm);
+  if (inner == NULL || pgs_comm_mem(inner) != inner_mem) {
+    pgs_comm_destroy(inner);
     return PGS_ERR_INVALID;
   }
   staged_comm_t *c = calloc(1, sizeof(*c));
   if (c == NULL) {
-    pgs_comm_destroy(host_comm);
+    pgs_comm_destroy(inner);
     return PGS_ERR_NO_MEMORY;
   }
-  c->host = host_comm;
+  c->host = inner;
   c->stream = stream;
-  return pgs_comm_create(&staged_vtable, c, pgs_comm_rank(host_comm),
-                         pgs_comm_size(host_comm), PGS_MEM_DEVICE, out);
+  c->direct = direct;
+  return pgs_comm_create(&staged_vtable, c, pgs_comm_rank(inner),
+                         pgs_comm_size(inner), PGS_MEM_DEVICE, out);
+}
+
+int pgs_comm_staged_create(pgs_comm_t *host_comm, cudaStream_t stream,
+                           pgs_comm_t **out) {
+  return wrap(host_comm, PGS_MEM_HOST, stream, 0, out);
+}
+
+int pgs_comm_synced_create(pgs_comm_t *device_comm, cudaStream_t stream,
+                           pgs_comm_t **out) {
+  return wrap(device_comm, PGS_MEM_DEVICE, stream, 1, out);
 }

@@ -262,7 +262,7 @@ std::shared_ptr<CudaSide> SparseBackend::cuda_side(int device) {
   std::lock_guard<std::mutex> lock(cuda_mutex_);
   if (!cuda_) {
     TORCH_CHECK(store_, "pg_sparse: no store to bootstrap NCCL");
-    cuda_ = cuda_side_create(store_, rank_, size_, device);
+    cuda_ = cuda_side_create(store_, rank_, size_, device, global_ranks_);
   }
   TORCH_CHECK(cuda_side_device(*cuda_) == device,
               "pg_sparse: one process group serves one GPU per rank (device ",

@@ -143,14 +143,17 @@ class SparseBackend : public c10d::Backend {
   // stream handoff for CUDA tensors. Caller's thread.
   Route route(const std::vector<at::Tensor>& tensors);
   // The store, for bootstrapping device transports (set by the creator).
-  void set_store(c10::intrusive_ptr<c10d::Store> store) {
+  void set_store(c10::intrusive_ptr<c10d::Store> store,
+                 std::vector<int64_t> global_ranks) {
     store_ = std::move(store);
+    global_ranks_ = std::move(global_ranks);
   }
   // CUDA side of @p device (created on first use); null without CUDA.
   std::shared_ptr<CudaSide> cuda_side(int device);
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
+  std::vector<int64_t> global_ranks_;
   std::mutex cuda_mutex_;
   std::shared_ptr<CudaSide> cuda_;
 

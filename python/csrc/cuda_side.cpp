@@ -18,15 +18,21 @@
 #include "status.hpp"
 
 #include <pg_sparse/comm_nccl.h>
+#include <pg_sparse/comm_staged.h>
 #include <pg_sparse/ops_cuda.h>
+
+#include <cstdlib>
+
+#include "transports.hpp"
 
 namespace pg_sparse {
 
 class CudaSide {
  public:
   CudaSide(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-           int device)
-      : store_(std::move(store)),
+           int device, std::vector<int64_t> global_ranks)
+      : global_ranks_(std::move(global_ranks)),
+        store_(std::move(store)),
         rank_(rank),
         size_(size),
         device_(device),
@@ -54,6 +60,31 @@ class CudaSide {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     check(pgs_ops_cuda_create(stream_.stream(), device_, &ops_),
           "creating the CUDA ops table");
+    const char* env = std::getenv("PG_SPARSE_CUDA_TRANSPORT");
+    const std::string kind = env != nullptr ? env : "nccl";
+    TORCH_CHECK(kind == "nccl" || kind == "mpi" || kind == "mpi-staged",
+                "pg_sparse: PG_SPARSE_CUDA_TRANSPORT must be nccl, mpi or "
+                "mpi-staged, got '", kind, "'");
+    if (kind == "nccl")
+      init_nccl();
+    else
+      init_mpi(kind == "mpi" && mpi_cuda_aware());
+  }
+
+  // Open MPI for device buffers: directly when it is CUDA-aware (the stream
+  // is synchronised before each call), else staged through pinned memory.
+  void init_mpi(bool direct) {
+    pgs_comm_t* inner = make_mpi_comm(global_ranks_, rank_, size_,
+                                      direct ? PGS_MEM_DEVICE : PGS_MEM_HOST);
+    pgs_comm_t* c = nullptr;
+    int st = direct ? pgs_comm_synced_create(inner, stream_.stream(), &c)
+                    : pgs_comm_staged_create(inner, stream_.stream(), &c);
+    check(st, direct ? "creating the CUDA-aware MPI transport"
+                     : "creating the staged MPI transport");
+    comm_ = CommHandle(c, pgs_comm_destroy);
+  }
+
+  void init_nccl() {
     std::vector<uint8_t> id(PGS_NCCL_ID_BYTES);
     const std::string key = "pg_sparse_nccl_id";
     if (rank_ == 0) {
@@ -68,6 +99,7 @@ class CudaSide {
     comm_ = CommHandle(c, pgs_comm_destroy);
   }
 
+  std::vector<int64_t> global_ranks_;
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_, device_;
   c10::cuda::CUDAStream stream_;
@@ -77,8 +109,10 @@ class CudaSide {
 };
 
 std::shared_ptr<CudaSide> cuda_side_create(
-    c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device) {
-  return std::make_shared<CudaSide>(std::move(store), rank, size, device);
+    c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device,
+    std::vector<int64_t> global_ranks) {
+  return std::make_shared<CudaSide>(std::move(store), rank, size, device,
+                                    std::move(global_ranks));
 }
 
 int cuda_side_device(const CudaSide& side) { return side.device(); }

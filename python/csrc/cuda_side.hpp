@@ -23,8 +23,10 @@ namespace pg_sparse {
 class CudaSide;
 
 // Caller's thread, cheap: no communication until cuda_comm().
+// @p global_ranks: the group's MPI ranks, for PG_SPARSE_CUDA_TRANSPORT=mpi.
 std::shared_ptr<CudaSide> cuda_side_create(
-    c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device);
+    c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device,
+    std::vector<int64_t> global_ranks);
 int cuda_side_device(const CudaSide& side);
 
 // Caller's thread: the comm stream waits for the caller's current stream and

@@ -44,7 +44,7 @@ c10::intrusive_ptr<c10d::Backend> create_backend(
   auto b = c10::make_intrusive<SparseBackend>(
       opts.group_rank, opts.group_size, std::move(t.comm), std::move(t.p2p),
       transport, timeout);
-  b->set_store(opts.store);
+  b->set_store(opts.store, opts.global_ranks_in_group);
   std::lock_guard<std::mutex> lock(registry().mutex);
   registry().backends.emplace_back(b);
   return b;

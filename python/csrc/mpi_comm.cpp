@@ -249,8 +249,9 @@ class MpiPointToPoint : public PointToPoint {
 
 }  // namespace
 
-Transport make_mpi_transport(std::vector<int64_t> global_ranks,
-                             int group_rank, int group_size) {
+// The MPI communicator of a torch group (collective over its members only).
+static MPI_Comm make_group_comm(std::vector<int64_t> global_ranks,
+                                int group_rank, int group_size) {
   ensure_mpi();
   // The default group comes without a rank list: it is the whole world.
   if (global_ranks.empty())
@@ -283,6 +284,25 @@ Transport make_mpi_transport(std::vector<int64_t> global_ranks,
   MPI_Group_free(&world_group);
   TORCH_CHECK(rc == MPI_SUCCESS && sub != MPI_COMM_NULL,
               "pg_sparse: MPI_Comm_create_group failed");
+  return sub;
+}
+
+pgs_comm_t* make_mpi_comm(const std::vector<int64_t>& global_ranks,
+                          int group_rank, int group_size, pgs_mem_t mem) {
+  MPI_Comm sub = make_group_comm(global_ranks, group_rank, group_size);
+  pgs_comm_t* comm = nullptr;
+  int st = pgs_comm_mpi_create_mem(sub, mem, &comm);  // duplicates sub
+  MPI_Comm_free(&sub);
+  check(st, "creating the Open MPI transport");
+  return comm;
+}
+
+int mpi_cuda_aware() { return pgs_mpi_cuda_aware(); }
+
+Transport make_mpi_transport(std::vector<int64_t> global_ranks,
+                             int group_rank, int group_size) {
+  MPI_Comm sub = make_group_comm(global_ranks, group_rank, group_size);
+  int rc = MPI_SUCCESS;
   pgs_comm_t* comm = nullptr;
   int st = pgs_comm_mpi_create(sub, &comm);  // duplicates sub
   if (st != PGS_OK) MPI_Comm_free(&sub);

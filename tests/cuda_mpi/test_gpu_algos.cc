@@ -21,10 +21,12 @@
 namespace pgs_test {
 namespace {
 
-enum class DevComm { kNccl, kStagedMpi };
+enum class DevComm { kNccl, kStagedMpi, kDirectMpi };
 
 std::string dev_comm_name(DevComm d) {
-  return d == DevComm::kNccl ? "nccl" : "staged_mpi";
+  return d == DevComm::kNccl        ? "nccl"
+         : d == DevComm::kStagedMpi ? "staged_mpi"
+                                    : "direct_mpi";
 }
 
 // One GPU side: stream, ops table, device transport.
@@ -53,6 +55,14 @@ class GpuSide {
  private:
   pgs_comm_t* make(DevComm kind) {
     pgs_comm_t* c = nullptr;
+    if (kind == DevComm::kDirectMpi) {
+      // Device pointers straight to a CUDA-aware Open MPI.
+      if (!pgs_mpi_cuda_aware()) return nullptr;
+      pgs_comm_t* dev = nullptr;
+      if (pgs_comm_mpi_create_mem(MPI_COMM_WORLD, PGS_MEM_DEVICE, &dev) != PGS_OK)
+        return nullptr;
+      return pgs_comm_synced_create(dev, stream_, &c) == PGS_OK ? c : nullptr;
+    }
     if (kind == DevComm::kStagedMpi) {
       pgs_comm_t* host = nullptr;
       if (pgs_comm_mpi_create(MPI_COMM_WORLD, &host) != PGS_OK) return nullptr;
@@ -91,7 +101,8 @@ int mismatches(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_P(GpuAlgo, MatchesHostAlgorithm) {
   const auto [algo, kind] = GetParam();
   GpuSide gpu(kind);
-  if (!all_ranks(gpu.ok())) GTEST_SKIP() << "needs a GPU per rank";
+  if (!all_ranks(gpu.ok()))
+    GTEST_SKIP() << "needs a GPU per rank (and CUDA-aware MPI for direct_mpi)";
   CommPtr host = make_comm(Transport::kMpi);
   ASSERT_TRUE(all_ranks(host != nullptr));
   pgs_config_t cfg = PGS_CONFIG_INIT;
@@ -136,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(PGS_ALGO_DENSE, PGS_ALGO_TOPKA,
                                      PGS_ALGO_TOPKDSA, PGS_ALGO_GTOPK,
                                      PGS_ALGO_GAUSSIANK, PGS_ALGO_OKTOPK),
-                     testing::Values(DevComm::kNccl, DevComm::kStagedMpi)),
+                     testing::Values(DevComm::kNccl, DevComm::kStagedMpi,
+                                     DevComm::kDirectMpi)),
     [](const testing::TestParamInfo<Param>& i) {
       return std::string(pgs_algo_name(std::get<0>(i.param))) + "_" +
              dev_comm_name(std::get<1>(i.param));

@@ -18,10 +18,20 @@ CHECKS = ["broadcast"] + [
     "oktopk_density001_trains"]
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+# CUDA tensors take NCCL under either launcher; under mpirun,
+# PG_SPARSE_CUDA_TRANSPORT=mpi moves them over Open MPI instead (directly if
+# it is CUDA-aware, else staged through pinned memory).
+CONFIGS = {
+    "torchrun-nccl": ("torchrun", {}),
+    "mpirun-nccl": ("mpirun", {}),
+    "mpirun-mpi": ("mpirun", {"PG_SPARSE_CUDA_TRANSPORT": "mpi"}),
+    "mpirun-mpi-staged": ("mpirun", {"PG_SPARSE_CUDA_TRANSPORT": "mpi-staged"}),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("check", CHECKS)
-def test_cuda(jobs, launcher, check):
-    """CUDA tensors take NCCL under either launcher (CPU tensors take gloo
-    under torchrun and Open MPI under mpirun)."""
-    jobs.get(launcher, "cuda.py", 2, env={"NCCL_NVLS_ENABLE": "0"},
+def test_cuda(jobs, config, check):
+    launcher, env = CONFIGS[config]
+    jobs.get(launcher, "cuda.py", 2, env={"NCCL_NVLS_ENABLE": "0", **env},
              timeout=300).check(check)

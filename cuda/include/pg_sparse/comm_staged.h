@@ -18,6 +18,13 @@ extern "C" {
 int pgs_comm_staged_create(pgs_comm_t *host_comm, cudaStream_t stream,
                            pgs_comm_t **out);
 
+/** Direct mode, for a CUDA-aware inner transport that takes device buffers
+ *  (@p device_comm is PGS_MEM_DEVICE, owned from here): no copies, but
+ *  @p stream is synchronised before each data-plane call, since MPI reads
+ *  device memory the moment it is called. */
+int pgs_comm_synced_create(pgs_comm_t *device_comm, cudaStream_t stream,
+                           pgs_comm_t **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,13 @@
 
 #include <pg_sparse/comm_mpi.h>
 
+/* Open MPI's extensions declare MPIX_Query_cuda_support where built in. */
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
+
 /* One fixed tag is enough: the duplicated communicator carries only our
  * exchanges (collectives never match point-to-point messages), and MPI's
  * non-overtaking rule matches the messages of successive batches in order,
@@ -455,7 +462,21 @@ fail_get:
 }
 
 int pgs_comm_mpi_create(MPI_Comm mpi_comm, pgs_comm_t **out) {
+  return pgs_comm_mpi_create_mem(mpi_comm, PGS_MEM_HOST, out);
+}
+
+int pgs_mpi_cuda_aware(void) {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support();
+#else
+  return 0;
+#endif
+}
+
+int pgs_comm_mpi_create_mem(MPI_Comm mpi_comm, pgs_mem_t mem,
+                            pgs_comm_t **out) {
   if (out == NULL) return PGS_ERR_INVALID;
+  if (mem != PGS_MEM_HOST && mem != PGS_MEM_DEVICE) return PGS_ERR_INVALID;
   *out = NULL;
   if (mpi_comm == MPI_COMM_NULL) return PGS_ERR_INVALID;
   int flag = 0;
@@ -490,7 +511,7 @@ int pgs_comm_mpi_create(MPI_Comm mpi_comm, pgs_comm_t **out) {
     if (local != PGS_OK) goto fail_local;
     /* m->comm stays MPI_COMM_NULL for now, so that if this fails and
      * destroys m, dup survives for the agreement. */
-    local = pgs_comm_create(&pgs_mpi_vtable, m, m->rank, m->size, PGS_MEM_HOST,
+    local = pgs_comm_create(&pgs_mpi_vtable, m, m->rank, m->size, mem,
                             &comm);
     handed_over = 1;
   }
