@@ -1,12 +1,16 @@
-"""The GPU path end to end: torchrun and mpirun with one process per GPU (2), every
+"""The GPU path end to end: torchrun and mpirun with one process per GPU, every
 collective on CUDA tensors against NCCL, DDP with every hook on CUDA, Ok-Topk
 training on the GPU. Skips where fewer than two GPUs (or a CPU torch)."""
+
+import os
 
 import pytest
 import torch
 
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
-pytestmark = pytest.mark.skipif(NGPU < 2, reason="needs 2 CUDA GPUs")
+# One process per GPU; PGS_CUDA_NPROC=4 (or 8) on bigger machines.
+NPROC = int(os.environ.get("PGS_CUDA_NPROC", "2"))
+pytestmark = pytest.mark.skipif(NGPU < NPROC, reason=f"needs {NPROC} CUDA GPUs")
 
 CHECKS = ["broadcast"] + [
     f"all_reduce_{op}_{dt}" for op in ("SUM", "AVG", "MAX", "MIN", "PRODUCT")
@@ -33,5 +37,5 @@ CONFIGS = {
 @pytest.mark.parametrize("check", CHECKS)
 def test_cuda(jobs, config, check):
     launcher, env = CONFIGS[config]
-    jobs.get(launcher, "cuda.py", 2, env={"NCCL_NVLS_ENABLE": "0", **env},
+    jobs.get(launcher, "cuda.py", NPROC, env={"NCCL_NVLS_ENABLE": "0", **env},
              timeout=300).check(check)
