@@ -11,18 +11,16 @@
  * a few steps fix that, and the exact k-th value bounds the worst case. */
 enum { GAUSSIANK_CORRECTIONS = 4 };
 
-static int count_at(pgs_bucket_t *b, float thr, int64_t *count) {
+/* Entries of the accumulator above (*gt) and at (*eq) thr. */
+static int count_at(pgs_bucket_t *b, float thr, int64_t *gt, int64_t *eq) {
   const int64_t bounds[2] = {0, (int64_t)b->n};
-  int64_t gt = 0, eq = 0;
-  int st =
-      b->ops->count_regions(b->ops, b->resid, b->n, bounds, 1, thr, &gt, &eq);
-  *count = gt + eq;
-  return st;
+  return b->ops->count_regions(b->ops, b->resid, b->n, bounds, 1, thr, gt, eq);
 }
 
-/* Threshold whose count of |acc| >= thr lies in [k/2, 2k]. */
-static int gaussiank_threshold(pgs_bucket_t *b, float *thr_out,
-                               int64_t *count) {
+/* Threshold whose count of |acc| >= thr lies in [k/2, 2k], with the counts
+ * above and at it (so the step need not count again). */
+static int gaussiank_threshold(pgs_bucket_t *b, float *thr_out, int64_t *gt,
+                               int64_t *eq) {
   double mean = 0.0, sd = 0.0;
   int st = b->ops->mean_std(b->ops, b->resid, b->n, &mean, &sd);
   if (st != PGS_OK) return st;
@@ -32,21 +30,22 @@ static int gaussiank_threshold(pgs_bucket_t *b, float *thr_out,
   /* At k = n the exact threshold below keeps every entry, as density 1 must. */
   const int tries = b->k == (int64_t)b->n ? 0 : GAUSSIANK_CORRECTIONS;
   for (int i = 0; i < tries; ++i) {
-    st = count_at(b, thr, count);
+    st = count_at(b, thr, gt, eq);
     if (st != PGS_OK) return st;
-    if (*count >= lo && *count <= hi && thr > 0.0f) {
+    const int64_t count = *gt + *eq;
+    if (count >= lo && count <= hi && thr > 0.0f) {
       *thr_out = thr;
       return PGS_OK;
     }
     /* The count falls as the threshold rises; step by the tail ratio. */
-    thr *= *count > hi ? 1.5f : (1.0f / 1.5f);
+    thr *= count > hi ? 1.5f : (1.0f / 1.5f);
   }
   int64_t n_gt = 0;
   st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
   if (st != PGS_OK) return st;
   b->stats.local_recomputed = 1;
   *thr_out = thr;
-  return count_at(b, thr, count);
+  return count_at(b, thr, gt, eq);
 }
 
 static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
@@ -54,21 +53,17 @@ static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
   int st = pgs_accumulate(b, grad, -1.0f, NULL);
   if (st != PGS_OK) return st;
   float thr = 0.0f;
-  int64_t m = 0;
-  st = gaussiank_threshold(b, &thr, &m);
+  int64_t gt = 0, eq = 0;
+  st = gaussiank_threshold(b, &thr, &gt, &eq);
   if (st != PGS_OK) return st;
   /* Ties at an exact threshold may exceed 2k; keep the first 2k in index
    * order so the volume stays bounded. */
-  int64_t gt = 0, eq = 0;
-  const int64_t bounds[2] = {0, (int64_t)b->n};
-  st = ops->count_regions(ops, b->resid, b->n, bounds, 1, thr, &gt, &eq);
-  if (st != PGS_OK) return st;
   int64_t quota = eq;
   if (gt + eq > 2 * b->k) {
     quota = gt < 2 * b->k ? 2 * b->k - gt : 0;
     b->stats.capped = gt + eq - (gt + quota);
   }
-  m = gt + quota;
+  const int64_t m = gt + quota;
   st = pgs_buf_reserve(ops, &b->pairs, (size_t)m * 8);
   if (st != PGS_OK) return st;
   int64_t got = 0;
