@@ -9,6 +9,8 @@
 #   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
 #   bash tests/run_gpu_tests.sh allreduce Ok-Topk etc. vs NCCL dense, 2 GPUs
 #   bash tests/run_gpu_tests.sh python    the backend on CUDA: pytest, torchrun, 2 GPUs
+#   bash tests/run_gpu_tests.sh ext       build the extension in place (python does)
+#   bash tests/run_gpu_tests.sh p2p       send/recv of CUDA tensors vs NCCL, 2 GPUs
 # With no argument: build kernels algos python. Logs go to $OUT (or build-gpu/logs).
 set -uo pipefail
 
@@ -64,11 +66,15 @@ step_bench() {
 
 # The backend on CUDA tensors: build the extension in place, then pytest
 # with torchrun on 2 GPUs (collectives vs NCCL, DDP with every hook, Ok-Topk).
-step_python() {
+step_ext() {
   (cd "$root/python" && PGS_PY_BUILD_DIR="$root/build-py" \
     python3 setup.py build_ext --inplace >"$logs/ext_build.log" 2>&1) ||
     { tail -40 "$logs/ext_build.log"; return 1; }
   grep -E "shim" "$logs/ext_build.log"
+}
+
+step_python() {
+  step_ext || return 1
   PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda.py" \
     -q 2>&1 | tee "$logs/pytest_cuda.log" | tail -15
   return "${PIPESTATUS[0]}"
@@ -79,6 +85,13 @@ step_allreduce() {
   mpirun --oversubscribe -np "${NGPU:-2}" -x NCCL_NVLS_ENABLE \
     "$build/cuda/pgs_allreduce_bench" "${BENCH_N:-27500000}" \
     "${BENCH_DENSITY:-0.01}" 20 2>&1 | tee "$logs/allreduce_bench.txt"
+}
+
+# Point-to-point of CUDA tensors vs an NCCL group (after `ext`).
+step_p2p() {
+  PYTHONPATH="$root/python" timeout 300 torchrun --nproc_per_node="${NGPU:-2}" \
+    "$root/cuda/bench/bench_p2p.py" 2>&1 | tee "$logs/p2p_bench.txt"
+  return "${PIPESTATUS[0]}"
 }
 
 steps=("$@")

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "cuda_check.h"
+#include "nccl_check.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,16 +25,6 @@ typedef struct nccl_comm {
   void *host_scratch; /* pinned, same size */
   size_t scratch_bytes;
 } nccl_comm_t;
-
-/* One place that turns NCCL and CUDA errors into status codes. */
-#define NCCL_TRY(call)                                                    \
-  do {                                                                    \
-    ncclResult_t r_ = (call);                                             \
-    if (r_ != ncclSuccess) {                                              \
-      fprintf(stderr, "pg_sparse: %s: %s\n", #call, ncclGetErrorString(r_)); \
-      return PGS_ERR_COMM;                                                \
-    }                                                                     \
-  } while (0)
 
 static ncclDataType_t nccl_type(pgs_dtype_t t) {
   switch (t) {

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "collectives.hpp"
+#include "cuda_p2p.hpp"
 #include "cuda_side.hpp"
 #include "status.hpp"
 
@@ -56,13 +57,7 @@ SparseBackend::SparseBackend(int rank, int size, CommHandle comm,
       p2p_(std::move(p2p)),
       transport_(std::move(transport)),
       timeout_(timeout) {
-  if (p2p_)
-    p2p_->attach(
-        [this](c10::intrusive_ptr<SparseWork> work, std::exception_ptr error) {
-          std::lock_guard<std::mutex> lock(mutex_);
-          push_done(Done{std::move(work), error});
-        },
-        timeout_);
+  if (p2p_) p2p_->attach(deliverer(), timeout_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     idle_completers_ = 1;
@@ -74,6 +69,13 @@ SparseBackend::SparseBackend(int rank, int size, CommHandle comm,
 }
 
 SparseBackend::~SparseBackend() { shutdown(); }
+
+Deliver SparseBackend::deliverer() {
+  return [this](c10::intrusive_ptr<SparseWork> work, std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    push_done(Done{std::move(work), error});
+  };
+}
 
 void SparseBackend::shutdown() {
   {
@@ -95,6 +97,12 @@ void SparseBackend::shutdown() {
   if (worker_.joinable()) stuck ? worker_.detach() : worker_.join();
   if (watchdog_.joinable()) watchdog_.join();
   if (p2p_) p2p_->shutdown();
+  std::shared_ptr<PointToPoint> cuda_p2p;
+  {
+    std::lock_guard<std::mutex> lock(cuda_mutex_);
+    cuda_p2p = cuda_p2p_;
+  }
+  if (cuda_p2p) cuda_p2p->shutdown();
   std::vector<std::thread> pool;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -257,6 +265,21 @@ Route SparseBackend::route(const std::vector<at::Tensor>& tensors) {
 #endif
 }
 
+std::shared_ptr<PointToPoint> SparseBackend::p2p_for(const at::Tensor& t) {
+  if (!t.is_cuda()) return p2p_;
+#ifdef PGS_SHIM_CUDA
+  std::shared_ptr<CudaSide> side = cuda_side(t.device().index());
+  std::lock_guard<std::mutex> lock(cuda_mutex_);
+  if (!cuda_p2p_) {
+    cuda_p2p_ = make_cuda_p2p(side, store_, rank_, p2p_, transport_);
+    cuda_p2p_->attach(deliverer(), timeout_);
+  }
+  return cuda_p2p_;
+#else
+  TORCH_CHECK(false, "pg_sparse: this build has no CUDA support");
+#endif
+}
+
 std::shared_ptr<CudaSide> SparseBackend::cuda_side(int device) {
 #ifdef PGS_SHIM_CUDA
   std::lock_guard<std::mutex> lock(cuda_mutex_);
@@ -395,7 +418,7 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::send(
     if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
     TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
   }
-  return p2p_->send(t, dst, tag);
+  return p2p_for(t)->send(t, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::recv(
@@ -410,7 +433,7 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::recv(
     if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
     TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
   }
-  return p2p_->recv(t, src, tag);
+  return p2p_for(t)->recv(t, src, tag);
 }
 
 }  // namespace pg_sparse

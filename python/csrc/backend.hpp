@@ -152,10 +152,17 @@ class SparseBackend : public c10d::Backend {
   std::shared_ptr<CudaSide> cuda_side(int device);
 
  private:
+  // Where the user's messages of @p t go: the host channel, or the CUDA
+  // side's (created on first use).
+  std::shared_ptr<PointToPoint> p2p_for(const at::Tensor& t);
+  // Completes a Work on the completion pool (point-to-point channels).
+  Deliver deliverer();
+
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<int64_t> global_ranks_;
   std::mutex cuda_mutex_;
   std::shared_ptr<CudaSide> cuda_;
+  std::shared_ptr<PointToPoint> cuda_p2p_;
 
   struct Task {
     c10::intrusive_ptr<SparseWork> work;

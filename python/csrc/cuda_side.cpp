@@ -37,7 +37,13 @@ class CudaSide {
         size_(size),
         device_(device),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
-                                             static_cast<c10::DeviceIndex>(device))) {}
+                                             static_cast<c10::DeviceIndex>(device))) {
+    const char* env = std::getenv("PG_SPARSE_CUDA_TRANSPORT");
+    kind_ = env != nullptr ? env : "nccl";
+    TORCH_CHECK(kind_ == "nccl" || kind_ == "mpi" || kind_ == "mpi-staged",
+                "pg_sparse: PG_SPARSE_CUDA_TRANSPORT must be nccl, mpi or "
+                "mpi-staged, got '", kind_, "'");
+  }
   ~CudaSide() {
     comm_.reset();
     if (ops_ != nullptr) pgs_ops_cuda_destroy(ops_);
@@ -52,6 +58,7 @@ class CudaSide {
     return ops_;
   }
   int device() const { return device_; }
+  const std::string& kind() const { return kind_; }
   c10::cuda::CUDAStream stream() const { return stream_; }
 
  private:
@@ -60,15 +67,10 @@ class CudaSide {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     check(pgs_ops_cuda_create(stream_.stream(), device_, &ops_),
           "creating the CUDA ops table");
-    const char* env = std::getenv("PG_SPARSE_CUDA_TRANSPORT");
-    const std::string kind = env != nullptr ? env : "nccl";
-    TORCH_CHECK(kind == "nccl" || kind == "mpi" || kind == "mpi-staged",
-                "pg_sparse: PG_SPARSE_CUDA_TRANSPORT must be nccl, mpi or "
-                "mpi-staged, got '", kind, "'");
-    if (kind == "nccl")
+    if (kind_ == "nccl")
       init_nccl();
     else
-      init_mpi(kind == "mpi" && mpi_cuda_aware());
+      init_mpi(kind_ == "mpi" && mpi_cuda_aware());
   }
 
   // Open MPI for device buffers: directly when it is CUDA-aware (the stream
@@ -102,6 +104,7 @@ class CudaSide {
   std::vector<int64_t> global_ranks_;
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_, device_;
+  std::string kind_;  // PG_SPARSE_CUDA_TRANSPORT: nccl, mpi or mpi-staged
   c10::cuda::CUDAStream stream_;
   std::once_flag once_;
   pgs_ops_t* ops_ = nullptr;
@@ -116,6 +119,7 @@ std::shared_ptr<CudaSide> cuda_side_create(
 }
 
 int cuda_side_device(const CudaSide& side) { return side.device(); }
+const std::string& cuda_side_kind(const CudaSide& side) { return side.kind(); }
 
 std::shared_ptr<DeviceHooks> cuda_prepare(
     const std::shared_ptr<CudaSide>& side,

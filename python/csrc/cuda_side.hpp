@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "device.hpp"
@@ -28,6 +29,9 @@ std::shared_ptr<CudaSide> cuda_side_create(
     c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device,
     std::vector<int64_t> global_ranks);
 int cuda_side_device(const CudaSide& side);
+// The device transport PG_SPARSE_CUDA_TRANSPORT asked for: nccl (default),
+// mpi or mpi-staged (checked when the side is created).
+const std::string& cuda_side_kind(const CudaSide& side);
 
 // Caller's thread: the comm stream waits for the caller's current stream and
 // the tensors' memory is kept for it until the task is done.

@@ -1,6 +1,7 @@
 """The GPU path end to end: torchrun and mpirun with one process per GPU, every
-collective on CUDA tensors against NCCL, DDP with every hook on CUDA, Ok-Topk
-training on the GPU. Skips where fewer than two GPUs (or a CPU torch)."""
+collective on CUDA tensors against NCCL, send/recv of CUDA tensors, DDP with
+every hook on CUDA, Ok-Topk training on the GPU. Skips where fewer than two
+GPUs (or a CPU torch)."""
 
 import os
 
@@ -16,7 +17,9 @@ CHECKS = ["broadcast"] + [
     f"all_reduce_{op}_{dt}" for op in ("SUM", "AVG", "MAX", "MIN", "PRODUCT")
     for dt in ("float32", "float16", "bfloat16", "int64")
     if not (op == "AVG" and dt == "int64")] + [
-    "all_gather", "reduce_scatter", "all_to_all", "barrier_and_async"] + [
+    "all_gather", "reduce_scatter", "all_to_all", "barrier_and_async",
+    "p2p_ring", "p2p_exchange_same_peer", "p2p_ordered_and_streams",
+    "p2p_recv_timeout"] + [
     f"ddp_hook_density1_{a}" for a in
     ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")] + [
     "oktopk_density001_trains"]

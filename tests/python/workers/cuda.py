@@ -1,5 +1,6 @@
 """CUDA checks, one GPU per rank: every collective on CUDA tensors against an
-NCCL group in the same job; DDP on CUDA (gradient_as_bucket_view=True) with
+NCCL group in the same job; send/recv/isend/irecv of CUDA tensors (ring,
+exchange with one peer, ordering, streams, timeout); DDP on CUDA (gradient_as_bucket_view=True) with
 each hook at density 1.0 against NCCL DDP; Ok-Topk at density 0.01 trains on
 the GPU within its volume bound."""
 
@@ -8,10 +9,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from workers.common import Recorder, parse_args  # noqa: E402
+from workers.common import Recorder, expect_error, parse_args  # noqa: E402
 
 ALGOS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")
 
@@ -112,6 +114,86 @@ def main() -> None:
         same(fut.wait(), 2 * y, 1e-6)
         return ""
 
+    def payload(src: int, dst: int, i: int, n: int, dtype) -> torch.Tensor:
+        # Small integers: exact in every dtype, different per sender,
+        # receiver and message.
+        x = torch.arange(n, device=dev) % 13 + src + 2 * dst + 3 * i
+        return x.to(dtype)
+
+    def ring() -> str:
+        # isend to the next rank, irecv from the previous one, first use of
+        # every pair included: blocking pair creation would deadlock here.
+        nxt, prv = (rank + 1) % size, (rank - 1) % size
+        for i, (n, dtype) in enumerate([(1000, torch.float32),
+                                        (3, torch.bfloat16), (777, torch.int64),
+                                        (1 << 22, torch.float16)]):
+            x = payload(rank, nxt, i, n, dtype)
+            y = torch.full((n,), -1, dtype=dtype, device=dev)
+            works = [dist.isend(x, nxt), dist.irecv(y, prv)]
+            for w in works:
+                w.wait()
+            same(y, payload(prv, rank, i, n, dtype))
+        return ""
+
+    def exchange_same_peer() -> str:
+        # Both ranks of a pair isend first, then irecv, 16 MB each way: a
+        # send and a receive with one peer must run at once.
+        peer = rank ^ 1
+        if peer >= size:
+            return "no partner"
+        n = 1 << 22
+        x = payload(rank, peer, 0, n, torch.float32)
+        y = torch.zeros(n, device=dev)
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer),
+                                       dist.P2POp(dist.irecv, y, peer)])
+        for r in reqs:
+            r.wait()
+        same(y, payload(peer, rank, 0, n, torch.float32))
+        return ""
+
+    def ordered_and_streams() -> str:
+        # Several messages to one peer arrive in order; the sender fills its
+        # tensors on a side stream and the receiver uses the data on its own
+        # current stream right after wait(), with no device synchronisation.
+        side = torch.cuda.Stream(device=dev)
+        sizes = [5, 100_000, 1, 4096]
+        if rank == 0:
+            with torch.cuda.stream(side):
+                xs = [payload(0, 1, i, n, torch.float32) * 2 for i, n in enumerate(sizes)]
+                for x in xs:
+                    dist.send(x, 1)
+            torch.cuda.current_stream().wait_stream(side)
+            back = torch.empty(4, device=dev)
+            dist.recv(back, 1)
+            same(back, torch.tensor([float(sum(sizes))] * 4, device=dev))
+        elif rank == 1:
+            with torch.cuda.stream(side):
+                ys = [torch.empty(n, device=dev) for n in sizes]
+                works = [dist.irecv(y, 0) for y in ys]
+                for w in works:
+                    w.wait()
+                counts = [(y == payload(0, 1, i, n, torch.float32) * 2).sum()
+                          for i, (y, n) in enumerate(zip(ys, sizes))]
+                total = torch.stack(counts).sum().float().expand(4).contiguous()
+                dist.send(total, 0)
+        dist.barrier()
+        return ""
+
+    def recv_timeout() -> str:
+        # A receive nobody answers fails after the group's timeout, on this
+        # rank only, and leaves the main group usable.
+        g = dist.new_group(backend="sparse", timeout=timedelta(seconds=2))
+        msg = "not run"
+        if rank == 0:
+            y = torch.empty(10, device=dev)
+            w = dist.irecv(y, 1, group=g)
+            msg = expect_error(w.wait, (RuntimeError,), "timed out")
+        dist.barrier()
+        x = torch.ones(8, device=dev)
+        dist.all_reduce(x)
+        same(x, torch.full((8,), float(size), device=dev))
+        return msg
+
     def model() -> nn.Module:
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(dev)
@@ -182,7 +264,10 @@ def main() -> None:
             checks.append((f"all_reduce_{op}_{str(dt)[6:]}",
                            allreduce(getattr(dist.ReduceOp, op), dt)))
     checks += [("all_gather", gathers), ("reduce_scatter", reduce_scatter),
-               ("all_to_all", alltoall), ("barrier_and_async", barrier_and_async)]
+               ("all_to_all", alltoall), ("barrier_and_async", barrier_and_async),
+               ("p2p_ring", ring), ("p2p_exchange_same_peer", exchange_same_peer),
+               ("p2p_ordered_and_streams", ordered_and_streams),
+               ("p2p_recv_timeout", recv_timeout)]
     checks += [(f"ddp_hook_density1_{a}", hook_matches_nccl(a)) for a in ALGOS]
     checks += [("oktopk_density001_trains", oktopk_trains)]
     for name, fn in checks:
