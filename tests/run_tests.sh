@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian/Ubuntu machine: installs what it
-# needs (python/install.sh), builds, then runs the C-core GoogleTest suite
+# needs (python/install.sh), checks the style (tests/lint.sh: clang-format,
+# ruff), builds, then runs the C-core GoogleTest suite
 # under mpirun (P = 1, 2, 3, 4, 5, 8) and the pytest end-to-end suite, which
 # launches real torchrun and mpirun jobs.
 # Usage: bash tests/run_tests.sh [extra pytest arguments]
@@ -14,6 +15,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 bash "$root/python/install.sh"
+bash "$root/tests/lint.sh"
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$(nproc)"

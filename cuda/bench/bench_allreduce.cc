@@ -21,7 +21,7 @@ namespace {
 
 int rank_, size_;
 
-void die(const char* what, int st) {
+void die(const char *what, int st) {
   std::fprintf(stderr, "rank %d: %s failed: %s\n", rank_, what,
                pgs_status_string(st));
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -35,15 +35,15 @@ struct Result {
 
 // Times @p iters calls of one bucket; inputs rotate among @p inputs so the
 // thresholds see changing data, as in training.
-Result run(pgs_algo_id_t algo, double density, pgs_comm_t* comm,
-           const pgs_ops_t* ops, size_t n, const std::vector<float*>& inputs,
-           float* work, cudaStream_t stream, int iters) {
+Result run(pgs_algo_id_t algo, double density, pgs_comm_t *comm,
+           const pgs_ops_t *ops, size_t n, const std::vector<float *> &inputs,
+           float *work, cudaStream_t stream, int iters) {
   pgs_config_t cfg = PGS_CONFIG_INIT;
   cfg.algo = algo;
   cfg.density = density;
   cfg.warmup_steps = 1;
   cfg.check_finite = 0;
-  pgs_bucket_t* b = nullptr;
+  pgs_bucket_t *b = nullptr;
   int st = pgs_bucket_create(&cfg, comm, ops, n, &b);
   if (st) die("pgs_bucket_create", st);
   std::vector<double> ms;
@@ -78,7 +78,7 @@ Result run(pgs_algo_id_t algo, double density, pgs_comm_t* comm,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -95,27 +95,27 @@ int main(int argc, char** argv) {
   cudaSetDevice(rank_);
   cudaStream_t stream;
   cudaStreamCreate(&stream);
-  pgs_ops_t* ops = nullptr;
+  pgs_ops_t *ops = nullptr;
   int st = pgs_ops_cuda_create(stream, rank_, &ops);
   if (st) die("pgs_ops_cuda_create", st);
   char id[PGS_NCCL_ID_BYTES];
   if (rank_ == 0 && (st = pgs_nccl_make_id(id))) die("nccl id", st);
   MPI_Bcast(id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  pgs_comm_t* comm = nullptr;
+  pgs_comm_t *comm = nullptr;
   if ((st = pgs_comm_nccl_create(id, rank_, size_, stream, &comm)))
     die("pgs_comm_nccl_create", st);
 
   // Four gradient-like inputs per rank (normal, a few heavy coordinates).
-  std::vector<float*> inputs(4);
+  std::vector<float *> inputs(4);
   std::vector<float> host(n);
   for (size_t k = 0; k < inputs.size(); ++k) {
     std::mt19937 gen(1000 * rank_ + k);
     std::normal_distribution<float> d(0.f, 1.f);
-    for (auto& x : host) x = d(gen);
+    for (auto &x : host) x = d(gen);
     cudaMalloc(&inputs[k], n * 4);
     cudaMemcpy(inputs[k], host.data(), n * 4, cudaMemcpyHostToDevice);
   }
-  float* work = nullptr;
+  float *work = nullptr;
   cudaMalloc(&work, n * 4);
 
   const pgs_algo_id_t algos[] = {PGS_ALGO_DENSE, PGS_ALGO_OKTOPK,
@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
   if (rank_ == 0) {
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
-    std::printf("device: %d x %s, NCCL transport; n = %zu fp32 (%.1f MB), "
-                "density %g, %d timed calls per algorithm\n",
-                size_, prop.name, n, n * 4 / 1e6, density, iters);
+    std::printf(
+        "device: %d x %s, NCCL transport; n = %zu fp32 (%.1f MB), "
+        "density %g, %d timed calls per algorithm\n",
+        size_, prop.name, n, n * 4 / 1e6, density, iters);
     std::printf("%-10s %12s %10s %14s %14s %12s %12s\n", "algo", "median ms",
                 "vs dense", "max words sent", "max words recv", "2k(P-1)/P",
                 "6k(P-1)/P");
@@ -139,8 +140,9 @@ int main(int argc, char** argv) {
                   (long long)res[i].max_words_sent,
                   (long long)res[i].max_words_recv,
                   res[i].last.words_lower_bound, res[i].last.words_upper_bound);
-    std::printf("(dense = NCCL allreduce of the same buffer through the same "
-                "transport; 'vs dense' > 1 means faster than dense)\n");
+    std::printf(
+        "(dense = NCCL allreduce of the same buffer through the same "
+        "transport; 'vs dense' > 1 means faster than dense)\n");
   }
   for (auto p : inputs) cudaFree(p);
   cudaFree(work);

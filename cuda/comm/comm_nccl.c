@@ -76,9 +76,9 @@ static int allgatherv(void *impl, const void *send, size_t send_bytes,
   for (int r = 0; r < c->size; ++r) {
     if (recv_bytes[r] == 0) continue;
     const void *src = r == c->rank ? send : dst + displs[r];
-    NCCL_TRY(ncclBroadcast(src, dst + displs[r], r == c->rank ? send_bytes
-                                                               : recv_bytes[r],
-                           ncclUint8, r, c->comm, c->main));
+    NCCL_TRY(ncclBroadcast(src, dst + displs[r],
+                           r == c->rank ? send_bytes : recv_bytes[r], ncclUint8,
+                           r, c->comm, c->main));
   }
   NCCL_TRY(ncclGroupEnd());
   return PGS_OK;
@@ -154,8 +154,8 @@ static int allgather_host(void *impl, const int64_t *send, size_t count,
   int st = stage_in(c, send, mine);
   if (st != PGS_OK) return st;
   char *out = (char *)c->dev_scratch + mine;
-  NCCL_TRY(ncclAllGather(c->dev_scratch, out, mine, ncclUint8, c->comm,
-                         c->main));
+  NCCL_TRY(
+      ncclAllGather(c->dev_scratch, out, mine, ncclUint8, c->comm, c->main));
   return stage_out(c, recv, out, all);
 }
 

@@ -30,11 +30,10 @@ typedef struct staged_slot {
 typedef struct staged_comm {
   pgs_comm_t *host; /* the inner transport (device memory when direct) */
   cudaStream_t stream;
-  int direct;       /* CUDA-aware inner transport: synchronise, no copies */
+  int direct;   /* CUDA-aware inner transport: synchronise, no copies */
   pinned_t buf; /* collectives */
   staged_slot_t slot[PGS_COMM_SLOTS];
 } staged_comm_t;
-
 
 static int reserve(pinned_t *p, size_t bytes) {
   if (bytes <= p->cap && p->ptr != NULL) return PGS_OK;
@@ -79,7 +78,8 @@ static int exchange_start(void *impl, const pgs_msg_t *sends, int ns,
   staged_comm_t *c = impl;
   if (c->direct) {
     int st = sync(c);
-    return st ? st : pgs_comm_exchange_start(c->host, sends, ns, recvs, nr, slot);
+    return st ? st
+              : pgs_comm_exchange_start(c->host, sends, ns, recvs, nr, slot);
   }
   staged_slot_t *s = &c->slot[slot];
   size_t total = 0;
@@ -96,8 +96,8 @@ static int exchange_start(void *impl, const pgs_msg_t *sends, int ns,
     if (st != PGS_OK) return st;
   }
   for (int i = 0; i < nr; ++i, at += recvs[i - 1].bytes)
-    s->msgs[ns + i] = (pgs_msg_t){recvs[i].peer, s->buf.ptr + at,
-                                  recvs[i].bytes};
+    s->msgs[ns + i] =
+        (pgs_msg_t){recvs[i].peer, s->buf.ptr + at, recvs[i].bytes};
   s->recvs = recvs;
   s->nrecvs = nr;
   st = sync(c);
@@ -125,8 +125,9 @@ static int allgatherv(void *impl, const void *send, size_t send_bytes,
   staged_comm_t *c = impl;
   if (c->direct) {
     int st = sync(c);
-    return st ? st : pgs_comm_allgatherv(c->host, send, send_bytes, recv,
-                                         recv_bytes, displs);
+    return st ? st
+              : pgs_comm_allgatherv(c->host, send, send_bytes, recv, recv_bytes,
+                                    displs);
   }
   const int P = pgs_comm_size(c->host);
   size_t end = 0;

@@ -5,23 +5,19 @@
 const char *pgs_status_string(int status) {
   switch (status) {
 #define PGS_STATUS_STRING_(name, value, text) \
-  case value:                                 \
-    return text;
+  case value: return text;
     PGS_STATUS_MAP(PGS_STATUS_STRING_)
 #undef PGS_STATUS_STRING_
-    default:
-      return "unknown status";
+    default: return "unknown status";
   }
 }
 
 const char *pgs_status_name(int status) {
   switch (status) {
 #define PGS_STATUS_NAME_(name, value, text) \
-  case value:                               \
-    return #name;
+  case value: return #name;
     PGS_STATUS_MAP(PGS_STATUS_NAME_)
 #undef PGS_STATUS_NAME_
-    default:
-      return "PGS_UNKNOWN";
+    default: return "PGS_UNKNOWN";
   }
 }

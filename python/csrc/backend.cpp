@@ -189,9 +189,8 @@ void SparseBackend::worker_loop() {
 
 void SparseBackend::fail_all(const std::string& why) {
   broken_ = why;
-  auto error = std::make_exception_ptr(
-      c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__},
-                            why));
+  auto error = std::make_exception_ptr(c10::DistBackendError(
+      c10::SourceLocation{__func__, __FILE__, __LINE__}, why));
   if (running_) push_done(Done{running_, error});
   for (auto& t : queue_) push_done(Done{t.work, error});
   queue_.clear();
@@ -305,9 +304,9 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::broadcast(
               " out of range");
   Route r = route({t});
   int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::BROADCAST, "pg_sparse:broadcast", tensors,
-                 [r, t, root] { run_broadcast(r.comm(), t, root); },
-                 opts.timeout, r.dev);
+  return enqueue(
+      c10d::OpType::BROADCAST, "pg_sparse:broadcast", tensors,
+      [r, t, root] { run_broadcast(r.comm(), t, root); }, opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
@@ -316,19 +315,18 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
   auto op = opts.reduceOp.op_;
   check_reduce_op(op, t, "allreduce");
   Route r = route({t});
-  return enqueue(c10d::OpType::ALLREDUCE, "pg_sparse:allreduce", tensors,
-                 [r, t, op] { run_allreduce(r.comm(), t, op); },
-                 opts.timeout, r.dev);
+  return enqueue(
+      c10d::OpType::ALLREDUCE, "pg_sparse:allreduce", tensors,
+      [r, t, op] { run_allreduce(r.comm(), t, op); }, opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs,
     std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   at::Tensor in = single(inputs, "allgather");
-  TORCH_CHECK(outputs.size() == 1 &&
-                  static_cast<int>(outputs[0].size()) == size_,
-              "pg_sparse::allgather: expects one list of ", size_,
-              " output tensors");
+  TORCH_CHECK(
+      outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+      "pg_sparse::allgather: expects one list of ", size_, " output tensors");
   for (auto& o : outputs[0]) {
     check_tensor(o, "allgather");
     TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
@@ -339,9 +337,10 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allgather(
   std::vector<at::Tensor> all = outs;
   all.push_back(in);
   Route r = route(all);
-  return enqueue(c10d::OpType::ALLGATHER, "pg_sparse:allgather", outs,
-                 [r, in, outs] { run_allgather(r.comm(), in, outs); },
-                 opts.timeout, r.dev);
+  return enqueue(
+      c10d::OpType::ALLGATHER, "pg_sparse:allgather", outs,
+      [r, in, outs] { run_allgather(r.comm(), in, outs); }, opts.timeout,
+      r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::_allgather_base(
@@ -354,9 +353,10 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::_allgather_base(
               "the input, same dtype");
   at::Tensor in = input, out = output;
   Route r = route({in, out});
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "pg_sparse:_allgather_base",
-                 {out}, [r, in, out] { run_allgather_base(r.comm(), in, out); },
-                 opts.timeout, r.dev);
+  return enqueue(
+      c10d::OpType::_ALLGATHER_BASE, "pg_sparse:_allgather_base", {out},
+      [r, in, out] { run_allgather_base(r.comm(), in, out); }, opts.timeout,
+      r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::_reduce_scatter_base(
@@ -386,17 +386,18 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::alltoall_base(
   auto plan = plan_alltoall(input, output, input_splits, output_splits, size_);
   at::Tensor in = input, out = output;
   Route r = route({in, out});
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "pg_sparse:alltoall_base", {out},
-                 [r, in, out, plan] { run_alltoall(r.comm(), in, out, plan); },
-                 opts.timeout, r.dev);
+  return enqueue(
+      c10d::OpType::ALLTOALL_BASE, "pg_sparse:alltoall_base", {out},
+      [r, in, out, plan] { run_alltoall(r.comm(), in, out, plan); },
+      opts.timeout, r.dev);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::barrier(
     const c10d::BarrierOptions& opts) {
   auto comm = comm_;
-  return enqueue(c10d::OpType::BARRIER, "pg_sparse:barrier", {},
-                 [comm] { check(pgs_comm_barrier(comm.get()), "barrier"); },
-                 opts.timeout);
+  return enqueue(
+      c10d::OpType::BARRIER, "pg_sparse:barrier", {},
+      [comm] { check(pgs_comm_barrier(comm.get()), "barrier"); }, opts.timeout);
 }
 
 namespace {

@@ -124,10 +124,10 @@ class SparseBackend : public c10d::Backend {
       const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
-                                      int dst, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
-                                      int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
   void shutdown() override;
   void abort() override { shutdown(); }
 
@@ -198,10 +198,10 @@ class SparseBackend : public c10d::Backend {
   std::chrono::steady_clock::time_point running_since_;
   std::chrono::milliseconds running_timeout_{0};
   bool stop_ = false;
-  bool worker_done_ = false;    // the worker drained its queue and returned
-  bool pool_closed_ = false;    // shutdown is joining the completers
-  int idle_completers_ = 0;     // completers waiting for a Done
-  std::string broken_;  // set once a timeout has failed the backend
+  bool worker_done_ = false;  // the worker drained its queue and returned
+  bool pool_closed_ = false;  // shutdown is joining the completers
+  int idle_completers_ = 0;   // completers waiting for a Done
+  std::string broken_;        // set once a timeout has failed the backend
   std::thread worker_, watchdog_;
   std::vector<std::thread> completers_;
 };

@@ -16,7 +16,7 @@ struct SparseBucket::State {
   pgs_bucket_t* bucket = nullptr;
   pgs_config_t config{};
   std::shared_ptr<CudaSide> cuda;  // set once the bucket moved to a GPU
-  mutable std::mutex mutex;  // the worker's call vs. readers of the state
+  mutable std::mutex mutex;        // the worker's call vs. readers of the state
   pgs_stats_t last{};
   ~State() { pgs_bucket_destroy(bucket); }
 };
@@ -31,7 +31,8 @@ void move_to_cuda(SparseBucket::State& s, const std::shared_ptr<CudaSide>& side,
   std::vector<float> resid(n);
   std::vector<int64_t> bounds(pgs_comm_size(s.comm.get()) + 1);
   pgs_bucket_state_t st{};
-  check(pgs_bucket_get_residual(s.bucket, resid.data()), "reading the residual");
+  check(pgs_bucket_get_residual(s.bucket, resid.data()),
+        "reading the residual");
   check(pgs_bucket_get_state(s.bucket, &st, bounds.data()), "reading state");
   pgs_bucket_t* b = nullptr;
   check(pgs_bucket_create(&s.config, cuda_comm(*side), cuda_ops(*side),
@@ -55,7 +56,8 @@ namespace {
 std::string describe_failure(int st, int64_t n, const std::string& algo) {
   if (st == PGS_ERR_MISMATCH)
     return "bucket sizes or sparse settings differ across ranks (this rank: "
-           "numel " + std::to_string(n) + ", algo " + algo +
+           "numel " +
+           std::to_string(n) + ", algo " + algo +
            "); every rank must register the same model and SparseState";
   if (st == PGS_ERR_NONFINITE)
     return "a gradient bucket holds NaN or Inf on some rank";
@@ -94,13 +96,15 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
 
 c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
   auto dtype = t.scalar_type();
-  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kHalf ||
-                       dtype == at::kBFloat16,
-                   "pg_sparse: sparse allreduce needs a float32, float16 or "
-                   "bfloat16 bucket, got ", dtype);
+  TORCH_CHECK_TYPE(
+      dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+      "pg_sparse: sparse allreduce needs a float32, float16 or "
+      "bfloat16 bucket, got ",
+      dtype);
   TORCH_CHECK_VALUE(t.numel() == numel_, "pg_sparse: bucket has ", t.numel(),
                     " elements but this state was made for ", numel_);
-  TORCH_CHECK(t.is_contiguous(), "pg_sparse: sparse allreduce needs a "
+  TORCH_CHECK(t.is_contiguous(),
+              "pg_sparse: sparse allreduce needs a "
               "contiguous bucket");
   Route route = backend_->route({t});  // checks the device, prepares streams
   std::shared_ptr<CudaSide> side;
@@ -182,8 +186,8 @@ at::Tensor SparseBucket::residual() const {
 }
 
 void SparseBucket::set_residual(const at::Tensor& r) {
-  TORCH_CHECK_VALUE(r.numel() == numel_, "pg_sparse: residual has ",
-                    r.numel(), " elements, bucket has ", numel_);
+  TORCH_CHECK_VALUE(r.numel() == numel_, "pg_sparse: residual has ", r.numel(),
+                    " elements, bucket has ", numel_);
   at::Tensor f = r.to(at::kFloat).contiguous().cpu();
   std::lock_guard<std::mutex> lock(state_->mutex);
   check(pgs_bucket_set_residual(state_->bucket, f.data_ptr<float>()),
@@ -209,9 +213,9 @@ void SparseBucket::set_state(const std::map<std::string, double>& m,
   st.local_threshold = m.at("local_threshold");
   st.global_threshold = m.at("global_threshold");
   st.have_bounds = bounds.empty() ? 0 : 1;
-  TORCH_CHECK_VALUE(bounds.empty() ||
-                        (int)bounds.size() == backend_->getSize() + 1,
-                    "pg_sparse: saved state is for a different world size");
+  TORCH_CHECK_VALUE(
+      bounds.empty() || (int)bounds.size() == backend_->getSize() + 1,
+      "pg_sparse: saved state is for a different world size");
   std::lock_guard<std::mutex> lock(state_->mutex);
   check(pgs_bucket_set_state(state_->bucket, &st,
                              bounds.empty() ? nullptr : bounds.data()),

@@ -147,10 +147,10 @@ void run_reduce_scatter(pgs_comm_t* comm, const at::Tensor& in,
 AlltoallPlan plan_alltoall(const at::Tensor& in, const at::Tensor& out,
                            const std::vector<int64_t>& in_splits,
                            const std::vector<int64_t>& out_splits, int size) {
-  TORCH_CHECK(in.dim() >= 1 && out.dim() >= 1 &&
-                  in.scalar_type() == out.scalar_type(),
-              "pg_sparse::alltoall_base: tensors need a first dimension and "
-              "one dtype");
+  TORCH_CHECK(
+      in.dim() >= 1 && out.dim() >= 1 && in.scalar_type() == out.scalar_type(),
+      "pg_sparse::alltoall_base: tensors need a first dimension and "
+      "one dtype");
   AlltoallPlan p;
   auto fill = [&](const at::Tensor& t, const std::vector<int64_t>& splits,
                   std::vector<size_t>& bytes, std::vector<size_t>& off) {
@@ -190,17 +190,21 @@ void run_alltoall(pgs_comm_t* comm, const at::Tensor& in, const at::Tensor& out,
   std::vector<pgs_msg_t> sends, recvs;
   for (int j = 0; j < P; ++j) {
     if (j == me) continue;
-    if (p.send_bytes[j]) sends.push_back({j, src + p.send_off[j], p.send_bytes[j]});
-    if (p.recv_bytes[j]) recvs.push_back({j, dst + p.recv_off[j], p.recv_bytes[j]});
+    if (p.send_bytes[j])
+      sends.push_back({j, src + p.send_off[j], p.send_bytes[j]});
+    if (p.recv_bytes[j])
+      recvs.push_back({j, dst + p.recv_off[j], p.recv_bytes[j]});
   }
   // The own block as a byte copy through tensors (the buffers may be on a
   // GPU, where memcpy cannot reach).
   if (p.send_bytes[me] > 0) {
     auto bytes = [](const at::Tensor& t) {
-      return at::from_blob(t.data_ptr(), {(int64_t)(t.numel() * t.element_size())},
+      return at::from_blob(t.data_ptr(),
+                           {(int64_t)(t.numel() * t.element_size())},
                            t.options().dtype(at::kByte));
     };
-    bytes(out).narrow(0, p.recv_off[me], p.recv_bytes[me])
+    bytes(out)
+        .narrow(0, p.recv_off[me], p.recv_bytes[me])
         .copy_(bytes(in).narrow(0, p.send_off[me], p.send_bytes[me]));
   }
   check(pgs_comm_exchange(comm, sends.data(), (int)sends.size(), recvs.data(),

@@ -36,7 +36,7 @@ void run_allgather_base(pgs_comm_t* comm, const at::Tensor& in,
                         const at::Tensor& out);
 void run_reduce_scatter(pgs_comm_t* comm, const at::Tensor& in,
                         const at::Tensor& out, c10d::ReduceOp::RedOpType op);
-void run_alltoall(pgs_comm_t* comm, const at::Tensor& in,
-                  const at::Tensor& out, const AlltoallPlan& plan);
+void run_alltoall(pgs_comm_t* comm, const at::Tensor& in, const at::Tensor& out,
+                  const AlltoallPlan& plan);
 
 }  // namespace pg_sparse

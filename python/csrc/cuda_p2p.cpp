@@ -115,8 +115,8 @@ class NcclPointToPoint : public PointToPoint {
     std::chrono::microseconds backoff{50};
     std::string broken;  // once set, every message of the channel fails
   };
-  using Finished =
-      std::vector<std::pair<c10::intrusive_ptr<SparseWork>, std::exception_ptr>>;
+  using Finished = std::vector<
+      std::pair<c10::intrusive_ptr<SparseWork>, std::exception_ptr>>;
 
   c10::intrusive_ptr<c10d::Work> post(at::Tensor& t, int peer, bool is_send);
   void loop();
@@ -143,8 +143,8 @@ class NcclPointToPoint : public PointToPoint {
 
 c10::intrusive_ptr<c10d::Work> NcclPointToPoint::post(at::Tensor& t, int peer,
                                                       bool is_send) {
-  TORCH_CHECK(t.device().index() == device_, "pg_sparse::",
-              is_send ? "send" : "recv",
+  TORCH_CHECK(t.device().index() == device_,
+              "pg_sparse::", is_send ? "send" : "recv",
               ": one process group serves one GPU per rank (cuda:", device_,
               "), got a tensor on ", t.device());
   Op op;
@@ -229,13 +229,14 @@ bool NcclPointToPoint::step(Channel& ch, Finished& out) {
     if (ch.queue.empty()) break;
     Op op = std::move(ch.queue.front());
     ch.queue.pop_front();
-    int st = pgs_nccl_pair_post(ch.pair, op.tensor.data_ptr(), nbytes(op.tensor),
-                                op.ready->event());
+    int st = pgs_nccl_pair_post(ch.pair, op.tensor.data_ptr(),
+                                nbytes(op.tensor), op.ready->event());
     ch.posting = std::move(op);
     ch.busy = true;
     if (st != PGS_OK) {
-      fail(ch, "pg_sparse: posting the " + describe(ch) + " failed: " +
-                   pgs_status_string(st),
+      fail(ch,
+           "pg_sparse: posting the " + describe(ch) +
+               " failed: " + pgs_status_string(st),
            out);
       return true;
     }
@@ -269,15 +270,17 @@ bool NcclPointToPoint::create(Channel& ch, Finished& out) {
       id = store_->get(key);
     }
   } catch (const std::exception& e) {
-    fail(ch, std::string("pg_sparse: setting up the ") + describe(ch) + ": " +
-                 e.what(),
+    fail(ch,
+         std::string("pg_sparse: setting up the ") + describe(ch) + ": " +
+             e.what(),
          out);
     return true;
   }
   int st = pgs_nccl_pair_create(id.data(), ch.is_send, &ch.pair);
   if (st != PGS_OK) {
-    fail(ch, "pg_sparse: creating the NCCL communicator for the " +
-                 describe(ch) + " failed: " + pgs_status_string(st),
+    fail(ch,
+         "pg_sparse: creating the NCCL communicator for the " + describe(ch) +
+             " failed: " + pgs_status_string(st),
          out);
     return true;
   }
@@ -303,7 +306,7 @@ void NcclPointToPoint::finish(Channel& ch, Op& op, Finished& out) {
 // abort unblocks the stream, and the channel's later messages fail).
 void NcclPointToPoint::expire(Channel& ch, Finished& out) {
   const auto now = Clock::now();
-  const Op* oldest = ch.posting ? &*ch.posting
+  const Op* oldest = ch.posting         ? &*ch.posting
                      : ch.queue.empty() ? nullptr
                                         : &ch.queue.front();
   const bool waiting = oldest != nullptr && now - oldest->since > timeout_;
@@ -348,8 +351,9 @@ void NcclPointToPoint::shutdown() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [key, ch] : channels_) {
       if (ch.posting || !ch.queue.empty())
-        fail(ch, "pg_sparse: the backend was shut down with this message in "
-                 "flight",
+        fail(ch,
+             "pg_sparse: the backend was shut down with this message in "
+             "flight",
              finished);
       pgs_nccl_pair_destroy(ch.pair);
       ch.pair = nullptr;
@@ -418,8 +422,8 @@ class StagedPointToPoint : public PointToPoint {
         if (ready) {
           ready->block(stream);
           t.copy_(host, /*non_blocking=*/true);
-          c10::cuda::CUDACachingAllocator::recordStream(
-              t.storage().data_ptr(), stream);
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                        stream);
         }
         done->record(stream);
       } catch (...) {
@@ -448,9 +452,11 @@ std::shared_ptr<PointToPoint> make_cuda_p2p(
     return std::make_shared<NcclPointToPoint>(std::move(store), rank, device);
   }
   // Staging relays on the host messages' futures, which Open MPI's have.
-  TORCH_CHECK(host_transport == "mpi", "pg_sparse: PG_SPARSE_CUDA_TRANSPORT=",
-              cuda_side_kind(*side), " needs the Open MPI transport (launch "
-              "with mpirun); this process group uses '", host_transport, "'");
+  TORCH_CHECK(host_transport == "mpi",
+              "pg_sparse: PG_SPARSE_CUDA_TRANSPORT=", cuda_side_kind(*side),
+              " needs the Open MPI transport (launch "
+              "with mpirun); this process group uses '",
+              host_transport, "'");
   return std::make_shared<StagedPointToPoint>(std::move(host), rank, device);
 }
 

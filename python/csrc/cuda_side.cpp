@@ -36,13 +36,14 @@ class CudaSide {
         rank_(rank),
         size_(size),
         device_(device),
-        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
-                                             static_cast<c10::DeviceIndex>(device))) {
+        stream_(c10::cuda::getStreamFromPool(
+            /*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
     const char* env = std::getenv("PG_SPARSE_CUDA_TRANSPORT");
     kind_ = env != nullptr ? env : "nccl";
     TORCH_CHECK(kind_ == "nccl" || kind_ == "mpi" || kind_ == "mpi-staged",
                 "pg_sparse: PG_SPARSE_CUDA_TRANSPORT must be nccl, mpi or "
-                "mpi-staged, got '", kind_, "'");
+                "mpi-staged, got '",
+                kind_, "'");
   }
   ~CudaSide() {
     comm_.reset();

@@ -84,13 +84,13 @@ int exchange_start(void* impl, const pgs_msg_t* sends, int ns,
     auto& works = c->slots[slot];
     for (int i = 0; i < nr; ++i) {
       std::vector<at::Tensor> t{bytes_of(recvs[i].buf, recvs[i].bytes)};
-      works.push_back(
-          c->inner->recv(t, recvs[i].peer, next_tag(c->recv_seq[recvs[i].peer])));
+      works.push_back(c->inner->recv(t, recvs[i].peer,
+                                     next_tag(c->recv_seq[recvs[i].peer])));
     }
     for (int i = 0; i < ns; ++i) {
       std::vector<at::Tensor> t{bytes_of(sends[i].buf, sends[i].bytes)};
-      works.push_back(
-          c->inner->send(t, sends[i].peer, next_tag(c->send_seq[sends[i].peer])));
+      works.push_back(c->inner->send(t, sends[i].peer,
+                                     next_tag(c->send_seq[sends[i].peer])));
     }
   });
 }
@@ -116,7 +116,8 @@ int allgatherv(void* impl, const void* send, size_t send_bytes, void* recv,
     at::Tensor mine = at::zeros({static_cast<int64_t>(most)}, at::kByte);
     std::memcpy(mine.data_ptr(), send, send_bytes);
     // gloo splits a flat output into size chunks of the input's shape.
-    at::Tensor all = at::empty({c->size * static_cast<int64_t>(most)}, at::kByte);
+    at::Tensor all =
+        at::empty({c->size * static_cast<int64_t>(most)}, at::kByte);
     c->inner->_allgather_base(all, mine)->wait();
     auto* dst = static_cast<char*>(recv);
     const auto* src = static_cast<const char*>(all.data_ptr());
@@ -130,8 +131,8 @@ int allreduce(void* impl, void* buf, size_t count, pgs_dtype_t dtype,
   if (count == 0) return PGS_OK;
   InnerComm* c = self(impl);
   return guarded([&] {
-    std::vector<at::Tensor> t{at::from_blob(
-        buf, {static_cast<int64_t>(count)}, scalar_of(dtype))};
+    std::vector<at::Tensor> t{
+        at::from_blob(buf, {static_cast<int64_t>(count)}, scalar_of(dtype))};
     c10d::AllreduceOptions o;
     o.reduceOp = op_of(op);
     c->inner->allreduce(t, o)->wait();
@@ -152,7 +153,8 @@ int bcast(void* impl, void* buf, size_t bytes, int root) {
 int alltoall_host(void* impl, const int64_t* send, int64_t* recv) {
   InnerComm* c = self(impl);
   return guarded([&] {
-    at::Tensor in = at::from_blob(const_cast<int64_t*>(send), {c->size}, at::kLong);
+    at::Tensor in =
+        at::from_blob(const_cast<int64_t*>(send), {c->size}, at::kLong);
     at::Tensor out = at::from_blob(recv, {c->size}, at::kLong);
     std::vector<int64_t> none;
     c->inner->alltoall_base(out, in, none, none)->wait();
@@ -166,8 +168,8 @@ int allgather_host(void* impl, const int64_t* send, size_t count,
   return guarded([&] {
     at::Tensor in = at::from_blob(const_cast<int64_t*>(send),
                                   {static_cast<int64_t>(count)}, at::kLong);
-    at::Tensor out = at::from_blob(
-        recv, {static_cast<int64_t>(count) * c->size}, at::kLong);
+    at::Tensor out =
+        at::from_blob(recv, {static_cast<int64_t>(count) * c->size}, at::kLong);
     c->inner->_allgather_base(out, in)->wait();
   });
 }

@@ -39,8 +39,8 @@ c10::intrusive_ptr<c10d::Backend> create_backend(
                 "' needs an inner backend");
     t = make_inner_transport(inner, opts.group_rank, opts.group_size);
   }
-  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
-      opts.timeout);
+  auto timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(opts.timeout);
   auto b = c10::make_intrusive<SparseBackend>(
       opts.group_rank, opts.group_size, std::move(t.comm), std::move(t.p2p),
       transport, timeout);

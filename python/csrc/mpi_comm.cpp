@@ -49,7 +49,8 @@ void ensure_mpi() {
     }
     TORCH_CHECK(provided >= MPI_THREAD_MULTIPLE,
                 "pg_sparse: the MPI library does not provide "
-                "MPI_THREAD_MULTIPLE (got level ", provided, ")");
+                "MPI_THREAD_MULTIPLE (got level ",
+                provided, ")");
   });
 }
 
@@ -155,22 +156,19 @@ class MpiPointToPoint : public PointToPoint {
       MPI_Type_commit(&type);
       count = static_cast<int>(bytes / kBlock);
     }
-    rc = is_send ? MPI_Isend(t.data_ptr(), count, type, peer, tag, comm_,
-                             &request)
-                 : MPI_Irecv(t.data_ptr(), count, type, peer, tag, comm_,
-                             &request);
+    rc = is_send
+             ? MPI_Isend(t.data_ptr(), count, type, peer, tag, comm_, &request)
+             : MPI_Irecv(t.data_ptr(), count, type, peer, tag, comm_, &request);
     if (type != MPI_BYTE) MPI_Type_free(&type);
     if (rc != MPI_SUCCESS)
-      C10_THROW_ERROR(DistBackendError,
-                      std::string("pg_sparse::") + what +
-                          ": MPI_I" + what + " failed");
+      C10_THROW_ERROR(DistBackendError, std::string("pg_sparse::") + what +
+                                            ": MPI_I" + what + " failed");
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(Pending{request, work, t,
-                                 std::chrono::steady_clock::now(), is_send,
-                                 false,
-                                 std::string(what) + (is_send ? " to" : " from") +
-                                     " rank " + std::to_string(peer)});
+      pending_.push_back(Pending{
+          request, work, t, std::chrono::steady_clock::now(), is_send, false,
+          std::string(what) + (is_send ? " to" : " from") + " rank " +
+              std::to_string(peer)});
     }
     cv_.notify_one();
     return work;
@@ -216,14 +214,13 @@ class MpiPointToPoint : public PointToPoint {
         if (!p.failed && now - p.since > timeout_) {
           p.failed = true;
           finished.emplace_back(
-              p.work,
-              std::make_exception_ptr(c10::DistBackendError(
-                  c10::SourceLocation{__func__, __FILE__, __LINE__},
-                  "pg_sparse: " + p.what + " timed out after " +
-                      std::to_string(timeout_.count()) + " ms on rank " +
-                      std::to_string(rank_) +
-                      " (the peer died, stalled or never posted the "
-                      "matching message)")));
+              p.work, std::make_exception_ptr(c10::DistBackendError(
+                          c10::SourceLocation{__func__, __FILE__, __LINE__},
+                          "pg_sparse: " + p.what + " timed out after " +
+                              std::to_string(timeout_.count()) +
+                              " ms on rank " + std::to_string(rank_) +
+                              " (the peer died, stalled or never posted the "
+                              "matching message)")));
         }
         ++i;
       }
@@ -299,8 +296,8 @@ pgs_comm_t* make_mpi_comm(const std::vector<int64_t>& global_ranks,
 
 int mpi_cuda_aware() { return pgs_mpi_cuda_aware(); }
 
-Transport make_mpi_transport(std::vector<int64_t> global_ranks,
-                             int group_rank, int group_size) {
+Transport make_mpi_transport(std::vector<int64_t> global_ranks, int group_rank,
+                             int group_size) {
   MPI_Comm sub = make_group_comm(global_ranks, group_rank, group_size);
   int rc = MPI_SUCCESS;
   pgs_comm_t* comm = nullptr;

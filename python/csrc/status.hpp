@@ -20,8 +20,8 @@ std::string& last_transport_error();
 inline void check(int st, const std::string& what,
                   const std::string& detail = "") {
   if (st == PGS_OK) return;
-  std::string msg = "pg_sparse: " + what + " failed: " +
-                    pgs_status_string(st) + " (" + pgs_status_name(st) + ")";
+  std::string msg = "pg_sparse: " + what + " failed: " + pgs_status_string(st) +
+                    " (" + pgs_status_name(st) + ")";
   if (!detail.empty()) {
     msg += ": " + detail;
   } else if ((st == PGS_ERR_COMM || st == PGS_ERR_TIMEOUT) &&

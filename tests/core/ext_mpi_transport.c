@@ -269,15 +269,9 @@ static int ext_combine(const void *lo, const void *hi, void *out, size_t n,
   if (op != PGS_SUM && op != PGS_MAX && op != PGS_MIN)
     return PGS_ERR_UNSUPPORTED;
   switch (dtype) {
-    case PGS_INT64:
-      EXT_COMBINE(int64_t, lo, hi, out, n, op);
-      return PGS_OK;
-    case PGS_FLOAT32:
-      EXT_COMBINE(float, lo, hi, out, n, op);
-      return PGS_OK;
-    case PGS_FLOAT64:
-      EXT_COMBINE(double, lo, hi, out, n, op);
-      return PGS_OK;
+    case PGS_INT64: EXT_COMBINE(int64_t, lo, hi, out, n, op); return PGS_OK;
+    case PGS_FLOAT32: EXT_COMBINE(float, lo, hi, out, n, op); return PGS_OK;
+    case PGS_FLOAT64: EXT_COMBINE(double, lo, hi, out, n, op); return PGS_OK;
   }
   return PGS_ERR_UNSUPPORTED;
 }

@@ -463,13 +463,15 @@ TEST_P(TransportTest, RestoredBucketResumesIdentically) {
       ASSERT_TRUE(b.step_all(g));
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), n * sizeof(float)), 0)
           << pgs_algo_name(algo) << " step " << step;
-      EXPECT_EQ(std::memcmp(a.resid.data(), b.resid.data(), n * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(a.resid.data(), b.resid.data(), n * sizeof(float)),
+                0);
     }
     // Bounds that do not partition [0, n) are refused.
     if (algo == PGS_ALGO_OKTOPK && st.have_bounds) {
       std::vector<int64_t> bad = bounds;
       bad[P] = static_cast<int64_t>(n) + 1;
-      EXPECT_EQ(pgs_bucket_set_state(b.bucket(), &st, bad.data()), PGS_ERR_INVALID);
+      EXPECT_EQ(pgs_bucket_set_state(b.bucket(), &st, bad.data()),
+                PGS_ERR_INVALID);
     }
   }
 }

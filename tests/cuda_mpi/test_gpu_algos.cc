@@ -49,22 +49,23 @@ class GpuSide {
     if (stream_) cudaStreamDestroy(stream_);
   }
   bool ok() const { return comm_ != nullptr; }
-  pgs_comm_t* comm() { return comm_; }
-  const pgs_ops_t* ops() { return ops_; }
+  pgs_comm_t *comm() { return comm_; }
+  const pgs_ops_t *ops() { return ops_; }
 
  private:
-  pgs_comm_t* make(DevComm kind) {
-    pgs_comm_t* c = nullptr;
+  pgs_comm_t *make(DevComm kind) {
+    pgs_comm_t *c = nullptr;
     if (kind == DevComm::kDirectMpi) {
       // Device pointers straight to a CUDA-aware Open MPI.
       if (!pgs_mpi_cuda_aware()) return nullptr;
-      pgs_comm_t* dev = nullptr;
-      if (pgs_comm_mpi_create_mem(MPI_COMM_WORLD, PGS_MEM_DEVICE, &dev) != PGS_OK)
+      pgs_comm_t *dev = nullptr;
+      if (pgs_comm_mpi_create_mem(MPI_COMM_WORLD, PGS_MEM_DEVICE, &dev) !=
+          PGS_OK)
         return nullptr;
       return pgs_comm_synced_create(dev, stream_, &c) == PGS_OK ? c : nullptr;
     }
     if (kind == DevComm::kStagedMpi) {
-      pgs_comm_t* host = nullptr;
+      pgs_comm_t *host = nullptr;
       if (pgs_comm_mpi_create(MPI_COMM_WORLD, &host) != PGS_OK) return nullptr;
       return pgs_comm_staged_create(host, stream_, &c) == PGS_OK ? c : nullptr;
     }
@@ -81,15 +82,15 @@ class GpuSide {
 #endif
   }
   cudaStream_t stream_ = nullptr;
-  pgs_ops_t* ops_ = nullptr;
-  pgs_comm_t* comm_ = nullptr;
+  pgs_ops_t *ops_ = nullptr;
+  pgs_comm_t *comm_ = nullptr;
 };
 
 using Param = std::tuple<pgs_algo_id_t, DevComm>;
 
 class GpuAlgo : public testing::TestWithParam<Param> {};
 
-int mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+int mismatches(const std::vector<float> &a, const std::vector<float> &b) {
   int bad = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     float tol = 1e-5f * std::max(std::fabs(a[i]), std::fabs(b[i])) + 1e-30f;
@@ -115,7 +116,7 @@ TEST_P(GpuAlgo, MatchesHostAlgorithm) {
   pgs_bucket_t *hb = nullptr, *db = nullptr;
   ASSERT_EQ(pgs_bucket_create(&cfg, host.get(), pgs_ops_cpu(), n, &hb), PGS_OK);
   ASSERT_EQ(pgs_bucket_create(&cfg, gpu.comm(), gpu.ops(), n, &db), PGS_OK);
-  float* dbuf = nullptr;
+  float *dbuf = nullptr;
   ASSERT_EQ(cudaMalloc(&dbuf, n * sizeof(float)), cudaSuccess);
   std::vector<float> dout(n), hres(n), dres(n);
   for (int64_t step = 0; step < 20; ++step) {
@@ -149,7 +150,7 @@ INSTANTIATE_TEST_SUITE_P(
                                      PGS_ALGO_GAUSSIANK, PGS_ALGO_OKTOPK),
                      testing::Values(DevComm::kNccl, DevComm::kStagedMpi,
                                      DevComm::kDirectMpi)),
-    [](const testing::TestParamInfo<Param>& i) {
+    [](const testing::TestParamInfo<Param> &i) {
       return std::string(pgs_algo_name(std::get<0>(i.param))) + "_" +
              dev_comm_name(std::get<1>(i.param));
     });

@@ -18,8 +18,7 @@ int pgs_comm_mpi_create(MPI_Comm mpi_comm, pgs_comm_t **out);
  *  MPI as they are: only for a CUDA-aware Open MPI (pgs_mpi_cuda_aware()),
  *  and only with the producing stream synchronised before each call (the
  *  CUDA build's pgs_comm_synced_create() does that). */
-int pgs_comm_mpi_create_mem(MPI_Comm mpi_comm, pgs_mem_t mem,
-                            pgs_comm_t **out);
+int pgs_comm_mpi_create_mem(MPI_Comm mpi_comm, pgs_mem_t mem, pgs_comm_t **out);
 
 /** Non-zero when Open MPI says it accepts CUDA device buffers
  *  (MPIX_Query_cuda_support); 0 elsewhere. */

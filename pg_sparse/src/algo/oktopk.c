@@ -128,8 +128,8 @@ static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
                         &b->stats.capped);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
-  s->thr_local = pgs_oktopk_nudge(thr, m + b->stats.capped, b->k, 1.012f,
-                                  1.012f);
+  s->thr_local =
+      pgs_oktopk_nudge(thr, m + b->stats.capped, b->k, 1.012f, 1.012f);
   st = pgs_split_reduce(b, &s->split);
   if (st != PGS_OK) return st;
 

@@ -511,8 +511,7 @@ int pgs_comm_mpi_create_mem(MPI_Comm mpi_comm, pgs_mem_t mem,
     if (local != PGS_OK) goto fail_local;
     /* m->comm stays MPI_COMM_NULL for now, so that if this fails and
      * destroys m, dup survives for the agreement. */
-    local = pgs_comm_create(&pgs_mpi_vtable, m, m->rank, m->size, mem,
-                            &comm);
+    local = pgs_comm_create(&pgs_mpi_vtable, m, m->rank, m->size, mem, &comm);
     handed_over = 1;
   }
 fail_local:
