@@ -125,13 +125,17 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
                                               std::move(outputs), dev);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
-    TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
+    check_usable();
     if (timeout == c10d::kUnsetTimeout) timeout = timeout_;
     queue_.push_back(Task{work, std::move(dev), std::move(fn), timeout, title});
   }
   work_cv_.notify_one();
   return work;
+}
+
+void SparseBackend::check_usable() const {
+  if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
+  TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
 }
 
 void SparseBackend::push_done(Done d) {
@@ -203,9 +207,9 @@ void SparseBackend::watchdog_loop() {
     watchdog_cv_.wait_for(lock, 100ms);
     auto now = std::chrono::steady_clock::now();
     if (running_ && broken_.empty() && now - running_since_ > running_timeout_)
-      fail_all("pg_sparse: " + running_title_ + " timed out after " +
-               std::to_string(running_timeout_.count()) + " ms on rank " +
-               std::to_string(rank_) +
+      fail_all(std::string("pg_sparse: ") + running_title_ +
+               " timed out after " + std::to_string(running_timeout_.count()) +
+               " ms on rank " + std::to_string(rank_) +
                " (a peer died, stalled or called a different collective); "
                "the process group is no longer usable");
   }
@@ -407,33 +411,28 @@ constexpr int kMaxUserTag = (1 << 30) - 1;
 
 }  // namespace
 
+at::Tensor SparseBackend::check_p2p(std::vector<at::Tensor>& tensors, int peer,
+                                    int tag, bool is_send) {
+  const char* op = is_send ? "send" : "recv";
+  at::Tensor t = single(tensors, op);
+  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "pg_sparse::", op,
+              is_send ? ": bad destination rank " : ": bad source rank ", peer);
+  TORCH_CHECK(tag >= 0 && tag <= kMaxUserTag, "pg_sparse::", op, ": tag ", tag,
+              " out of range [0, ", kMaxUserTag, "]");
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_usable();
+  return t;
+}
+
 c10::intrusive_ptr<c10d::Work> SparseBackend::send(
     std::vector<at::Tensor>& tensors, int dst, int tag) {
-  at::Tensor t = single(tensors, "send");
-  TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_,
-              "pg_sparse::send: bad destination rank ", dst);
-  TORCH_CHECK(tag >= 0 && tag <= kMaxUserTag, "pg_sparse::send: tag ", tag,
-              " out of range [0, ", kMaxUserTag, "]");
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
-    TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
-  }
+  at::Tensor t = check_p2p(tensors, dst, tag, true);
   return p2p_for(t)->send(t, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::recv(
     std::vector<at::Tensor>& tensors, int src, int tag) {
-  at::Tensor t = single(tensors, "recv");
-  TORCH_CHECK(src >= 0 && src < size_ && src != rank_,
-              "pg_sparse::recv: bad source rank ", src);
-  TORCH_CHECK(tag >= 0 && tag <= kMaxUserTag, "pg_sparse::recv: tag ", tag,
-              " out of range [0, ", kMaxUserTag, "]");
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!broken_.empty()) C10_THROW_ERROR(DistBackendError, broken_);
-    TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
-  }
+  at::Tensor t = check_p2p(tensors, src, tag, false);
   return p2p_for(t)->recv(t, src, tag);
 }
 

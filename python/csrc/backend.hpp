@@ -152,6 +152,12 @@ class SparseBackend : public c10d::Backend {
   std::shared_ptr<CudaSide> cuda_side(int device);
 
  private:
+  // The one tensor of a send (@p is_send) or recv, checked with its peer and
+  // tag, on a backend still usable.
+  at::Tensor check_p2p(std::vector<at::Tensor>& tensors, int peer, int tag,
+                       bool is_send);
+  // Throws once a timeout broke the backend or after shutdown (mutex_ held).
+  void check_usable() const;
   // Where the user's messages of @p t go: the host channel, or the CUDA
   // side's (created on first use).
   std::shared_ptr<PointToPoint> p2p_for(const at::Tensor& t);
@@ -169,7 +175,7 @@ class SparseBackend : public c10d::Backend {
     std::shared_ptr<DeviceHooks> dev;
     std::function<void()> fn;
     std::chrono::milliseconds timeout;
-    std::string title;
+    const char* title = "";  // a literal: no allocation per task
   };
   struct Done {
     c10::intrusive_ptr<SparseWork> work;
@@ -194,7 +200,7 @@ class SparseBackend : public c10d::Backend {
   std::deque<Done> done_;
   // The task the worker is running, for the watchdog.
   c10::intrusive_ptr<SparseWork> running_;
-  std::string running_title_;
+  const char* running_title_ = "";
   std::chrono::steady_clock::time_point running_since_;
   std::chrono::milliseconds running_timeout_{0};
   bool stop_ = false;

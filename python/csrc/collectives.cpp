@@ -1,6 +1,5 @@
 #include "collectives.hpp"
 
-#include <cstring>
 #include <optional>
 
 #include "status.hpp"
@@ -36,10 +35,6 @@ void check_reduce_op(RedOp op, const at::Tensor& t, const char* what) {
 
 namespace {
 
-size_t nbytes(const at::Tensor& t) {
-  return static_cast<size_t>(t.numel()) * t.element_size();
-}
-
 // The transport reduces these natively; everything else goes through an
 // allgather and a local torch reduction.
 std::optional<pgs_dtype_t> native_dtype(at::ScalarType s) {
@@ -61,15 +56,21 @@ std::optional<pgs_redop_t> native_op(RedOp op) {
   }
 }
 
+// Every rank's @p in, one after another in @p out (P times its size).
+void allgather_blocks(pgs_comm_t* comm, const at::Tensor& in,
+                      const at::Tensor& out, const char* what) {
+  const int P = pgs_comm_size(comm);
+  std::vector<size_t> bytes(P, in.nbytes()), displs(P);
+  for (int r = 0; r < P; ++r) displs[r] = r * in.nbytes();
+  check(pgs_comm_allgatherv(comm, in.data_ptr(), in.nbytes(), out.data_ptr(),
+                            bytes.data(), displs.data()),
+        what);
+}
+
 // Every rank's copy of t as rows of a [P, numel] tensor.
 at::Tensor gather_rows(pgs_comm_t* comm, const at::Tensor& t) {
-  const int P = pgs_comm_size(comm);
-  at::Tensor all = at::empty({P, t.numel()}, t.options());
-  std::vector<size_t> bytes(P, nbytes(t)), displs(P);
-  for (int r = 0; r < P; ++r) displs[r] = r * nbytes(t);
-  check(pgs_comm_allgatherv(comm, t.data_ptr(), nbytes(t), all.data_ptr(),
-                            bytes.data(), displs.data()),
-        "allgather");
+  at::Tensor all = at::empty({pgs_comm_size(comm), t.numel()}, t.options());
+  allgather_blocks(comm, t, all, "allgather");
   return all;
 }
 
@@ -89,7 +90,7 @@ at::Tensor reduce_rows(const at::Tensor& rows, RedOp op) {
 }  // namespace
 
 void run_broadcast(pgs_comm_t* comm, const at::Tensor& t, int root) {
-  check(pgs_comm_bcast(comm, t.data_ptr(), nbytes(t), root), "broadcast");
+  check(pgs_comm_bcast(comm, t.data_ptr(), t.nbytes(), root), "broadcast");
 }
 
 void run_allreduce(pgs_comm_t* comm, const at::Tensor& t, RedOp op) {
@@ -114,19 +115,14 @@ void run_allgather(pgs_comm_t* comm, const at::Tensor& in,
 
 void run_allgather_base(pgs_comm_t* comm, const at::Tensor& in,
                         const at::Tensor& out) {
-  const int P = pgs_comm_size(comm);
-  std::vector<size_t> bytes(P, nbytes(in)), displs(P);
-  for (int r = 0; r < P; ++r) displs[r] = r * nbytes(in);
-  check(pgs_comm_allgatherv(comm, in.data_ptr(), nbytes(in), out.data_ptr(),
-                            bytes.data(), displs.data()),
-        "_allgather_base");
+  allgather_blocks(comm, in, out, "_allgather_base");
 }
 
 // Rank j's chunk goes to rank j; each rank reduces the P chunks it holds.
 void run_reduce_scatter(pgs_comm_t* comm, const at::Tensor& in,
                         const at::Tensor& out, RedOp op) {
   const int P = pgs_comm_size(comm), me = pgs_comm_rank(comm);
-  const size_t chunk = nbytes(out);
+  const size_t chunk = out.nbytes();
   at::Tensor rows = at::empty({P, out.numel()}, out.options());
   auto* src = static_cast<char*>(in.data_ptr());
   auto* dst = static_cast<char*>(rows.data_ptr());
@@ -155,7 +151,7 @@ AlltoallPlan plan_alltoall(const at::Tensor& in, const at::Tensor& out,
   auto fill = [&](const at::Tensor& t, const std::vector<int64_t>& splits,
                   std::vector<size_t>& bytes, std::vector<size_t>& off) {
     const int64_t rows = t.size(0);
-    const size_t row = rows ? nbytes(t) / rows : 0;
+    const size_t row = rows ? t.nbytes() / rows : 0;
     TORCH_CHECK(splits.empty() || (int)splits.size() == size,
                 "pg_sparse::alltoall_base: need one split per rank");
     TORCH_CHECK(!splits.empty() || rows % size == 0,
@@ -199,8 +195,7 @@ void run_alltoall(pgs_comm_t* comm, const at::Tensor& in, const at::Tensor& out,
   // GPU, where memcpy cannot reach).
   if (p.send_bytes[me] > 0) {
     auto bytes = [](const at::Tensor& t) {
-      return at::from_blob(t.data_ptr(),
-                           {(int64_t)(t.numel() * t.element_size())},
+      return at::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())},
                            t.options().dtype(at::kByte));
     };
     bytes(out)

@@ -24,7 +24,7 @@ constexpr uint32_t kTagBase = 1u << 30;
 
 struct InnerComm {
   c10::intrusive_ptr<c10d::Backend> inner;
-  int rank = 0, size = 1;
+  int size = 1;
   // Per-peer message counters: the n-th message between two ranks gets the
   // same tag on both sides, so messages match even when several go to one
   // peer.
@@ -208,7 +208,6 @@ Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
   auto p2p = std::make_shared<InnerPointToPoint>(inner);
   auto* c = new InnerComm;
   c->inner = std::move(inner);
-  c->rank = rank;
   c->size = size;
   c->send_seq.assign(size, 0);
   c->recv_seq.assign(size, 0);

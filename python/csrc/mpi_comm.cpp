@@ -138,7 +138,7 @@ class MpiPointToPoint : public PointToPoint {
       std::lock_guard<std::mutex> lock(mutex_);
       TORCH_CHECK(!stop_, "pg_sparse: the backend has been shut down");
     }
-    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    const size_t bytes = t.nbytes();
     if (bytes == 0) {
       deliver_(work, nullptr);
       return work;

@@ -25,8 +25,6 @@ struct Transport {
 Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
                                int rank, int size);
 
-// Open MPI transport over the MPI processes @p global_ranks (collective over
-// them only). Initialises MPI on first use.
 // An Open MPI transport alone over a torch group, in memory space @p mem
 // (PGS_MEM_DEVICE only for a CUDA-aware Open MPI): the CUDA side's.
 pgs_comm_t* make_mpi_comm(const std::vector<int64_t>& global_ranks,
@@ -34,6 +32,8 @@ pgs_comm_t* make_mpi_comm(const std::vector<int64_t>& global_ranks,
 // Whether Open MPI takes CUDA device buffers.
 int mpi_cuda_aware();
 
+// Open MPI transport over the MPI processes @p global_ranks (collective over
+// them only). Initialises MPI on first use.
 Transport make_mpi_transport(std::vector<int64_t> global_ranks, int group_rank,
                              int group_size);
 

@@ -122,7 +122,8 @@ class SparseState:
         b = self._buckets.get(index)
         mine = self._layouts.get(index)
         if b is not None and b.numel == tensor.numel() and \
-                (layout is None or mine is None or sorted(mine) == sorted(layout)):
+                (layout is None or mine is None or mine == layout
+                 or sorted(mine) == sorted(layout)):
             if mine is None:
                 self._layouts[index] = mine = layout
             elif layout is not None and mine != layout and index not in self._pinned:

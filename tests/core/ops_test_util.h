@@ -24,6 +24,7 @@ namespace ops_test {
 using pgs_test_data::bits_of;
 using pgs_test_data::from_bits;
 using pgs_test_data::normal;
+using pgs_test_data::sorted_subset;
 using pgs_test_data::tied;
 
 inline const pgs_ops_t *ops() {
@@ -70,14 +71,8 @@ inline void expect_kth(const std::vector<float> &x, size_t k) {
   EXPECT_EQ(n_gt, want.n_gt) << "n=" << x.size() << " k=" << k;
 }
 
-// The k values worth checking for a size: ends, middle, a few random ranks.
 inline std::vector<size_t> ks_for(size_t n, uint64_t seed) {
-  std::vector<size_t> ks = {1, n, (n + 1) / 2, n / 100 + 1};
-  if (n > 1) ks.push_back(2);
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<size_t> d(1, n);
-  for (int i = 0; i < 3; ++i) ks.push_back(d(gen));
-  return ks;
+  return pgs_test_data::ks_for(n, seed, 3);
 }
 
 struct Pairs {
@@ -130,16 +125,6 @@ inline void expect_compact(const std::vector<float> &x, float thr,
   val.resize(want.val.size());
   EXPECT_EQ(idx, want.idx);
   EXPECT_TRUE(same_bits(val, want.val));
-}
-
-// Sorted strictly ascending random subset of [0, range) of about n entries.
-inline std::vector<int32_t> sorted_subset(size_t n, int32_t range,
-                                          uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int32_t> d(0, range - 1);
-  std::set<int32_t> s;
-  for (size_t i = 0; i < n; ++i) s.insert(d(gen));
-  return std::vector<int32_t>(s.begin(), s.end());
 }
 
 }  // namespace ops_test

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <set>
 #include <vector>
 
 namespace pgs_test_data {
@@ -42,6 +43,27 @@ inline std::vector<float> tied(size_t n, uint64_t seed, int levels,
     if (neg(gen)) x = -x;
   }
   return v;
+}
+
+// Sorted strictly ascending random subset of [0, range) of about n entries.
+inline std::vector<int32_t> sorted_subset(size_t n, int32_t range,
+                                          uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int32_t> d(0, range - 1);
+  std::set<int32_t> s;
+  for (size_t i = 0; i < n; ++i) s.insert(d(gen));
+  return std::vector<int32_t>(s.begin(), s.end());
+}
+
+// The k values worth checking for a size: ends, middle, @p random_ks random
+// ranks.
+inline std::vector<size_t> ks_for(size_t n, uint64_t seed, int random_ks) {
+  std::vector<size_t> ks = {1, n, (n + 1) / 2, n / 100 + 1};
+  if (n > 1) ks.push_back(2);
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<size_t> d(1, n);
+  for (int i = 0; i < random_ks; ++i) ks.push_back(d(gen));
+  return ks;
 }
 
 }  // namespace pgs_test_data

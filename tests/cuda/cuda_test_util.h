@@ -32,6 +32,7 @@ namespace cuda_test {
 using pgs_test_data::bits_of;
 using pgs_test_data::from_bits;
 using pgs_test_data::normal;
+using pgs_test_data::sorted_subset;
 using pgs_test_data::tied;
 
 inline const pgs_ops_t *cpu() {
@@ -134,16 +135,6 @@ inline void add_nonfinite(std::vector<float> &v, uint64_t seed, size_t count) {
   for (size_t i = 0; i < count; ++i) v[pos(gen)] = vals[i % 5];
 }
 
-// Sorted strictly ascending random subset of [0, range) of about n entries.
-inline std::vector<int32_t> sorted_subset(size_t n, int32_t range,
-                                          uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int32_t> d(0, range - 1);
-  std::set<int32_t> s;
-  for (size_t i = 0; i < n; ++i) s.insert(d(gen));
-  return std::vector<int32_t>(s.begin(), s.end());
-}
-
 // Largest size of the size sweeps: PGS_CUDA_TEST_MAX_N in the environment
 // lowers it (compute-sanitizer runs many times slower), default 2^24.
 inline size_t max_n() {
@@ -164,14 +155,8 @@ inline std::vector<size_t> sizes() {
   return out;
 }
 
-// The k values worth checking for a size: ends, middle, a few random ranks.
 inline std::vector<size_t> ks_for(size_t n, uint64_t seed) {
-  std::vector<size_t> ks = {1, n, (n + 1) / 2, n / 100 + 1};
-  if (n > 1) ks.push_back(2);
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<size_t> d(1, n);
-  for (int i = 0; i < 2; ++i) ks.push_back(d(gen));
-  return ks;
+  return pgs_test_data::ks_for(n, seed, 2);
 }
 
 // ---- comparisons ----------------------------------------------------------

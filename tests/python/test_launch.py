@@ -4,6 +4,8 @@ transport; under torchrun the gloo transport; PG_SPARSE_TRANSPORT=gloo
 forces gloo under mpirun. Plus unit tests of the mapping on plain dicts and
 of the backend registration (no processes)."""
 
+import os
+
 import pytest
 import torch.distributed as dist
 from test_collectives import job_of
@@ -146,7 +148,7 @@ def test_launcher_preference():
 
 
 def test_choose_transport(monkeypatch):
-    for k in [k for k in __import__("os").environ if k.startswith(("OMPI_COMM_WORLD", "PMI",
+    for k in [k for k in os.environ if k.startswith(("OMPI_COMM_WORLD", "PMI",
                                                                      "SLURM_", "TORCHELASTIC"))]:
         monkeypatch.delenv(k)
     monkeypatch.delenv("PG_SPARSE_TRANSPORT", raising=False)

@@ -12,7 +12,6 @@
 
 /** The per-algorithm hooks. init/fini may be NULL. */
 typedef struct pgs_algo_vtable {
-  pgs_algo_id_t id;
   /** Allocate per-bucket state into b->algo_state. */
   int (*init)(pgs_bucket_t *b);
   /** One sparse step. Must first add grad into b->resid (pgs_accumulate),

@@ -253,7 +253,7 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
   pgs_phase_enter(b, PGS_PHASE_SELECT);
   int st = check_collective(b, grad);
   if (st == PGS_OK) {
-    if (b->step < b->cfg.warmup_steps || b->cfg.algo == PGS_ALGO_DENSE)
+    if (b->step < b->cfg.warmup_steps)
       st = pgs_dense_step(b, grad, out);
     else
       st = b->algo->step(b, grad, out);

@@ -3,7 +3,6 @@
 #include "algo/algo_internal.h"
 
 const pgs_algo_vtable_t pgs_algo_dense = {
-    .id = PGS_ALGO_DENSE,
     .init = NULL,
     .step = pgs_dense_step,
     .fini = NULL,

@@ -79,7 +79,6 @@ static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
 }
 
 const pgs_algo_vtable_t pgs_algo_gaussiank = {
-    .id = PGS_ALGO_GAUSSIANK,
     .init = NULL,
     .step = gaussiank_step,
     .fini = NULL,

@@ -53,7 +53,7 @@ static int swap_blocks(pgs_bucket_t *b, gtopk_state_t *s, int64_t m, int to,
   if (st != PGS_OK) return st;
   *got = from >= 0 ? s->peer_counts[from] : 0;
   if (*got < 0 || *got > b->k) return PGS_ERR_INDEX;
-  st = pgs_buf_reserve(b->ops, &s->peer, (size_t)(*got > 0 ? *got : 1) * 8);
+  st = pgs_buf_reserve(b->ops, &s->peer, (size_t)*got * 8);
   if (st != PGS_OK) return st;
   pgs_msg_t snd = {to, s->cur.ptr, (size_t)m * 8};
   pgs_msg_t rcv = {from, s->peer.ptr, (size_t)*got * 8};
@@ -86,19 +86,17 @@ static int merge_select(pgs_bucket_t *b, gtopk_state_t *s, int64_t *m,
   int64_t quota = thr > 0.0f ? keep - n_gt : 0;
   st = pgs_buf_reserve(ops, &s->cur, (size_t)keep * 8);
   if (st != PGS_OK) return st;
+  /* The count is known before selecting (all above thr, plus the quota of
+   * ties), so the block's values can start right after its indices. */
+  const int64_t want = thr > 0.0f ? keep : n_gt;
   int64_t kept = 0;
-  int32_t *ci = pgs_block_idx(s->cur.ptr);
-  /* Indices first into cur, values after the final count: select twice
-   * would cost a pass, so select into merged in place, then pack. */
-  st = ops->select_pairs(ops, mi, mv, (size_t)u, thr, quota, mi, mv, (size_t)u,
-                         &kept);
+  st = ops->select_pairs(ops, mi, mv, (size_t)u, thr, quota,
+                         pgs_block_idx(s->cur.ptr),
+                         pgs_block_val(s->cur.ptr, want), (size_t)want, &kept);
   if (st != PGS_OK) return st;
-  st = ops->copy(ops, ci, mi, (size_t)kept * 4, PGS_COPY_SAME);
-  if (st == PGS_OK)
-    st = ops->copy(ops, pgs_block_val(s->cur.ptr, kept), mv, (size_t)kept * 4,
-                   PGS_COPY_SAME);
+  if (kept != want) return PGS_ERR_INVALID; /* ops broke contract */
   *m = kept;
-  return st;
+  return PGS_OK;
 }
 
 /* Recursive doubling over the largest power of two P2 <= P; rank r >= P2
@@ -120,7 +118,7 @@ static int find_global_set(pgs_bucket_t *b, gtopk_state_t *s, int64_t *m) {
   /* Hand G back to the folded ranks. */
   st = swap_blocks(b, s, *m, host ? r + p2 : -1, extra ? r - p2 : -1, &got);
   if (st != PGS_OK || !extra) return st;
-  st = pgs_buf_reserve(b->ops, &s->cur, (size_t)(got > 0 ? got : 1) * 8);
+  st = pgs_buf_reserve(b->ops, &s->cur, (size_t)got * 8);
   if (st == PGS_OK)
     st = b->ops->copy(b->ops, s->cur.ptr, s->peer.ptr, (size_t)got * 8,
                       PGS_COPY_SAME);
@@ -149,7 +147,7 @@ static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
 
   pgs_phase_enter(b, PGS_PHASE_GATHER);
-  st = pgs_buf_reserve(ops, &s->vals, (size_t)(m > 0 ? m : 1) * 4);
+  st = pgs_buf_reserve(ops, &s->vals, (size_t)m * 4);
   if (st != PGS_OK) return st;
   const int32_t *g = pgs_block_idx(s->cur.ptr);
   st = ops->gather(ops, b->resid, b->n, g, (size_t)m, s->vals.ptr);
@@ -166,7 +164,6 @@ static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
 }
 
 const pgs_algo_vtable_t pgs_algo_gtopk = {
-    .id = PGS_ALGO_GTOPK,
     .init = gtopk_init,
     .step = gtopk_step,
     .fini = gtopk_fini,

@@ -57,7 +57,7 @@ static int repartition(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   int st = ops->count_regions(ops, b->resid, b->n, whole, 1, thr, &gt, &eq);
   if (st != PGS_OK) return st;
   m = gt + (quota < 0 || quota > eq ? eq : quota);
-  st = pgs_buf_reserve(ops, &s->tmp, (size_t)(m > 0 ? m : 1) * 8);
+  st = pgs_buf_reserve(ops, &s->tmp, (size_t)m * 8);
   if (st != PGS_OK) return st;
   int32_t *idx = s->tmp.ptr;
   int64_t got = 0;
@@ -165,7 +165,6 @@ static int oktopk_load(pgs_bucket_t *b, const pgs_bucket_state_t *st,
 }
 
 const pgs_algo_vtable_t pgs_algo_oktopk = {
-    .id = PGS_ALGO_OKTOPK,
     .init = oktopk_init,
     .step = oktopk_step,
     .fini = oktopk_fini,

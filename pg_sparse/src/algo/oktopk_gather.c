@@ -131,9 +131,8 @@ static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   const pgs_ops_t *ops = b->ops;
   const pgs_split_t *sp = &s->split;
   int64_t c = s->info[3 * b->rank];
-  int st = pgs_buf_reserve(ops, &s->gidx, (size_t)(c > 0 ? c : 1) * 4);
-  if (st == PGS_OK)
-    st = pgs_buf_reserve(ops, &s->gval, (size_t)(c > 0 ? c : 1) * 4);
+  int st = pgs_buf_reserve(ops, &s->gidx, (size_t)c * 4);
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->gval, (size_t)c * 4);
   if (st != PGS_OK) return st;
   int64_t got = 0;
   st = ops->compact(ops, sp->red.ptr, (size_t)pgs_split_len(sp, b->rank), thr,
@@ -162,9 +161,8 @@ static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
   const pgs_ops_t *ops = b->ops;
   const int P = b->size, r = b->rank;
   int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
-  int st = pgs_buf_reserve(ops, &s->bidx, (size_t)(mine > 0 ? mine : 1) * 4);
-  if (st == PGS_OK)
-    st = pgs_buf_reserve(ops, &s->bval, (size_t)(mine > 0 ? mine : 1) * 4);
+  int st = pgs_buf_reserve(ops, &s->bidx, (size_t)mine * 4);
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->bval, (size_t)mine * 4);
   if (st != PGS_OK) return st;
   int32_t *gi = s->gidx.ptr, *bi = s->bidx.ptr;
   float *gv = s->gval.ptr, *bv = s->bval.ptr;
@@ -210,7 +208,7 @@ static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
     bytes[j] = (size_t)share(T, P, j) * 4;
     displs[j] = (size_t)share_start(T, P, j) * 4;
   }
-  size_t all = (size_t)(T > 0 ? T : 1) * 4;
+  size_t all = (size_t)T * 4;
   int st = pgs_buf_reserve(b->ops, &s->aidx, all);
   if (st == PGS_OK) st = pgs_buf_reserve(b->ops, &s->aval, all);
   if (st == PGS_OK)
@@ -271,5 +269,5 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   if (st != PGS_OK) return st;
   b->stats.global_selected = T;
   b->stats.global_threshold = thr;
-  return pgs_split_zero_common(b, &s->split, b->resid, s->aidx.ptr, (size_t)T);
+  return pgs_split_zero_common(b, &s->split, b->resid, s->aidx.ptr, s->held);
 }

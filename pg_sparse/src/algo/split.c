@@ -138,7 +138,7 @@ static int plan_receive(pgs_bucket_t *b, pgs_split_t *s) {
   s->recv_words = 2 * s->roff[P - 1];
   st = pgs_buf_reserve(b->ops, &s->recv, (size_t)s->roff[P - 1] * 8);
   if (st != PGS_OK) return st;
-  st = pgs_buf_reserve(b->ops, &s->red, (size_t)(own > 0 ? own : 1) * 4);
+  st = pgs_buf_reserve(b->ops, &s->red, (size_t)own * 4);
   if (st != PGS_OK) return st;
   return b->ops->fill_zero(b->ops, s->red.ptr, (size_t)own * 4);
 }
@@ -218,12 +218,13 @@ int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x) {
 }
 
 int pgs_split_zero_common(pgs_bucket_t *b, pgs_split_t *s, float *x,
-                          const int32_t *g, size_t ng) {
-  if (ng == 0) return PGS_OK;
-  for (int j = 0; j < s->size; ++j) {
-    if (s->m[j] == 0) continue;
+                          const int32_t *g, const int64_t *held) {
+  /* What went to region j can only meet region j's run of G. */
+  for (int64_t j = 0, g0 = 0; j < s->size; g0 += held[j], ++j) {
+    if (s->m[j] == 0 || held[j] == 0) continue;
     int st = b->ops->zero_common(b->ops, x, b->n, block_at(&s->send, s->off, j),
-                                 (size_t)s->m[j], (int32_t)s->bounds[j], g, ng);
+                                 (size_t)s->m[j], (int32_t)s->bounds[j], g + g0,
+                                 (size_t)held[j]);
     if (st != PGS_OK) return st;
   }
   return PGS_OK;

@@ -55,8 +55,9 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s);
 int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x);
 
 /** x[i] = 0 at every selected entry that also occurs in the ascending global
- *  index list g (L intersect G). */
+ *  index list g (L intersect G). g holds region j's entries together, after
+ *  those of the regions before it: @p held[j] of them. */
 int pgs_split_zero_common(pgs_bucket_t *b, pgs_split_t *s, float *x,
-                          const int32_t *g, size_t ng);
+                          const int32_t *g, const int64_t *held);
 
 #endif /* PGS_ALGO_SPLIT_H */

@@ -22,7 +22,6 @@ static int topka_step(pgs_bucket_t *b, const float *grad, float *out) {
 }
 
 const pgs_algo_vtable_t pgs_algo_topka = {
-    .id = PGS_ALGO_TOPKA,
     .init = NULL,
     .step = topka_step,
     .fini = NULL,

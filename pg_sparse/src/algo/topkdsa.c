@@ -96,7 +96,6 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
 }
 
 const pgs_algo_vtable_t pgs_algo_topkdsa = {
-    .id = PGS_ALGO_TOPKDSA,
     .init = topkdsa_init,
     .step = topkdsa_step,
     .fini = topkdsa_fini,

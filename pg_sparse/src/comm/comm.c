@@ -186,18 +186,31 @@ int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
   return PGS_OK;
 }
 
-int pgs_comm_allreduce(pgs_comm_t *comm, void *buf, size_t count,
-                       pgs_dtype_t dtype, pgs_redop_t op) {
-  if (comm == NULL) return PGS_ERR_INVALID;
+typedef int (*reduce_fn)(void *impl, void *buf, size_t count, pgs_dtype_t dtype,
+                         pgs_redop_t op);
+
+/* An allreduce through @p fn (data or control plane), counted under the
+ * ring model into *sent and *recv. */
+static int counted_allreduce(pgs_comm_t *comm, reduce_fn fn, void *buf,
+                             size_t count, pgs_dtype_t dtype, pgs_redop_t op,
+                             uint64_t *sent, uint64_t *recv) {
   size_t bytes = 0;
   int status = pgs_comm_check_reduce(buf, count, dtype, op, &bytes);
   if (status != PGS_OK) return status;
-  status = comm->vt.allreduce(comm->impl, buf, count, dtype, op);
+  status = fn(comm->impl, buf, count, dtype, op);
   if (status != PGS_OK) return status;
   const uint64_t ring = pgs_comm_ring_bytes(bytes, comm->size);
-  comm->counters.data_sent += ring;
-  comm->counters.data_recv += ring;
+  *sent += ring;
+  *recv += ring;
   return PGS_OK;
+}
+
+int pgs_comm_allreduce(pgs_comm_t *comm, void *buf, size_t count,
+                       pgs_dtype_t dtype, pgs_redop_t op) {
+  if (comm == NULL) return PGS_ERR_INVALID;
+  return counted_allreduce(comm, comm->vt.allreduce, buf, count, dtype, op,
+                           &comm->counters.data_sent,
+                           &comm->counters.data_recv);
 }
 
 int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root) {
@@ -218,15 +231,9 @@ int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root) {
 int pgs_comm_allreduce_host(pgs_comm_t *comm, void *buf, size_t count,
                             pgs_dtype_t dtype, pgs_redop_t op) {
   if (comm == NULL) return PGS_ERR_INVALID;
-  size_t bytes = 0;
-  int status = pgs_comm_check_reduce(buf, count, dtype, op, &bytes);
-  if (status != PGS_OK) return status;
-  status = comm->vt.allreduce_host(comm->impl, buf, count, dtype, op);
-  if (status != PGS_OK) return status;
-  const uint64_t ring = pgs_comm_ring_bytes(bytes, comm->size);
-  comm->counters.ctrl_sent += ring;
-  comm->counters.ctrl_recv += ring;
-  return PGS_OK;
+  return counted_allreduce(comm, comm->vt.allreduce_host, buf, count, dtype, op,
+                           &comm->counters.ctrl_sent,
+                           &comm->counters.ctrl_recv);
 }
 
 int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from workers.common import Recorder, assert_close, launch_env, parse_args  # noqa: E402
+from workers.common import HALF_TOL, Recorder, assert_close, launch_env, parse_args  # noqa: E402
 
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 DTYPES = ("float32", "float64", "int64", "float16", "bfloat16", "int32")
@@ -98,9 +98,7 @@ def tol(dtype: str, op: str) -> dict[str, float]:
     if op != "AVG":
         return {"rtol": 0.0, "atol": 0.0}
     return {"float32": {"rtol": 1e-6, "atol": 1e-6},
-            "float64": {"rtol": 1e-12, "atol": 1e-12},
-            "float16": {"rtol": 1e-3, "atol": 1e-3},
-            "bfloat16": {"rtol": 8e-3, "atol": 8e-3}}[dtype]
+            "float64": {"rtol": 1e-12, "atol": 1e-12}, **HALF_TOL}[dtype]
 
 
 # --- the checks ----------------------------------------------------------

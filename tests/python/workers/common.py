@@ -12,6 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# Every algorithm the hooks offer, in the order the checks run them.
+ALGOS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")
+
+# Half-precision tolerances of a result rounded once from fp32 (collectives'
+# AVG, half buckets through the fp32 core).
+HALF_TOL = {"float16": {"rtol": 1e-3, "atol": 1e-3},
+            "bfloat16": {"rtol": 8e-3, "atol": 8e-3}}
+
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                "MASTER_PORT")
 

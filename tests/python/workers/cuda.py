@@ -13,9 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from workers.common import Recorder, expect_error, parse_args  # noqa: E402
-
-ALGOS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")
+from workers.common import ALGOS, Recorder, expect_error, parse_args  # noqa: E402
 
 
 def main() -> None:

@@ -18,9 +18,8 @@ from collections.abc import Callable
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from workers.common import Recorder, assert_close, parse_args  # noqa: E402
+from workers.common import ALGOS, HALF_TOL, Recorder, assert_close, parse_args  # noqa: E402
 
-ALGOS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")
 HALF = ("float16", "bfloat16")
 EQ_SIZES = (16, 64, 32, 4)      # 3,300 parameters
 EQ_BUCKET_MB = 0.004            # about 1,000 floats a bucket: several buckets
@@ -136,11 +135,6 @@ def hook_matches_dense(algo: str) -> Callable[[], str]:
 
 # --- fp16 / bf16 buckets -------------------------------------------------
 
-def half_tol(dtype: str) -> dict[str, float]:
-    return {"float16": {"rtol": 1e-3, "atol": 1e-3},
-            "bfloat16": {"rtol": 8e-3, "atol": 8e-3}}[dtype]
-
-
 def half_bucket(algo: str, dtype: str) -> Callable[[], str]:
     """native_bucket().allreduce on a half tensor at density 1.0: close to
     the fp32 average (gloo) of the same half inputs; residual stays fp32."""
@@ -158,7 +152,7 @@ def half_bucket(algo: str, dtype: str) -> Callable[[], str]:
             dist.all_reduce(ref, group=C.gloo)
             ref /= C.world_size
             assert_close(t.float(), ref, f"{algo} {dtype} call {call} vs fp32 average",
-                         **half_tol(dtype))
+                         **HALF_TOL[dtype])
         s = state.stats()[0]
         assert s["step"] == 2 and (algo == "dense" or not s["dense"]), s
         res = state.state_dict()["buckets"][0]["residual"]
@@ -190,7 +184,7 @@ def half_ddp_model(dtype: str) -> Callable[[], str]:
                 dist.all_reduce(ref, group=C.gloo)
                 ref /= C.world_size
                 assert_close(p.grad.float(), ref, f"{dtype} step {step} grad of {name}",
-                             **half_tol(dtype))
+                             **HALF_TOL[dtype])
         sparse = [i for i, s in state.stats().items() if not s["dense"]]
         assert sparse, f"no bucket ran sparse: {state.stats()}"
         return f"{len(state.stats())} buckets"

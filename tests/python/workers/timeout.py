@@ -34,6 +34,13 @@ def file_barrier(folder: Path, name: str, rank: int, world_size: int, limit: flo
         time.sleep(0.02)
 
 
+def wait_for(path: Path, limit: float = 60.0) -> None:
+    """Sleep until ``path`` exists or ``limit`` seconds pass (no collectives)."""
+    deadline = time.monotonic() + limit
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def main() -> None:
     args = parse_args(lambda p: (p.add_argument("--timeout-s", type=float, default=3.0),
                                  p.add_argument("--exit", choices=("os", "normal"),
@@ -76,9 +83,7 @@ def main() -> None:
                            f"{type(e).__name__} after {waited:.2f} s: {e}")
             (out / "rank0_finished").touch()
         else:
-            deadline = time.monotonic() + 60
-            while not (out / "rank0_finished").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(out / "rank0_finished")
         # Matched messages and collectives still work afterwards.
         rec.run("healthy_after", healthy)
 
@@ -121,9 +126,7 @@ def main() -> None:
         (out / "rank0_finished").touch()
     else:
         # Never join; wait (without collectives) until rank 0 has its answer.
-        deadline = time.monotonic() + 60
-        while not (out / "rank0_finished").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(out / "rank0_finished")
         rec.record("peer_stayed_out", (out / "rank0_finished").exists(),
                    "waited for rank 0 without calling the collective")
     rec.finish()
