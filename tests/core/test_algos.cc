@@ -268,6 +268,24 @@ TEST_P(AlgoTest, NonFiniteFailsEverywhere) {
   EXPECT_EQ(run.stats.step, 0);
 }
 
+// Once the first call has checked the bucket, a NaN or Inf on one rank still
+// fails every rank and leaves the residual as it was: dense calls (warm-up
+// here) find it in the reduced sum, sparse calls before anything moves.
+TEST_P(AlgoTest, NonFiniteAfterFirstCallFailsEverywhere) {
+  const size_t n = 500;
+  Runner run(transport(), make_config(algo(), 0.1, 2), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 4; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 62, world_rank(), step)));
+    std::vector<float> kept = run.resid;
+    auto g = normal_data(n, 62, world_rank(), step + 10);
+    if (world_rank() == world_size() - 1)
+      g[(size_t)step * 7] = step % 2 ? INFINITY : NAN;
+    ASSERT_TRUE(run.step_all(g, PGS_ERR_NONFINITE)) << "step " << step;
+    EXPECT_EQ(run.resid, kept) << "step " << step;
+  }
+}
+
 // Buckets of different sizes across ranks are rejected on every rank.
 TEST_P(AlgoTest, MismatchedSizesFailEverywhere) {
   if (world_size() == 1) GTEST_SKIP() << "needs two ranks";

@@ -34,6 +34,13 @@ struct pgs_bucket {
   int64_t k;
   float *resid; /* n fp32 in ops memory: the error-feedback residual */
   int64_t step; /* calls completed, warm-up included */
+  /* The residual is known to be all zero (fresh, or cleared by a dense
+   * step): a dense call then needs neither the accumulate nor the clear. */
+  int resid_zero;
+  /* Sizes and settings were compared across ranks (on the first call):
+   * they cannot change for the bucket's life, so later dense calls skip the
+   * control allreduce, as DDP verifies parameter shapes once. */
+  int checked;
   const pgs_algo_vtable_t *algo;
   void *algo_state;
   pgs_stats_t stats;

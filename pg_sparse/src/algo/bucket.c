@@ -97,6 +97,7 @@ int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
   if (st != PGS_OK) goto fail;
   st = ops->fill_zero(ops, b->resid, n * sizeof(float));
   if (st != PGS_OK) goto fail;
+  b->resid_zero = 1;
   if (b->algo->init != NULL) {
     st = b->algo->init(b);
     if (st != PGS_OK) goto fail;
@@ -135,6 +136,7 @@ int pgs_bucket_get_residual(const pgs_bucket_t *b, float *host_out) {
 
 int pgs_bucket_set_residual(pgs_bucket_t *b, const float *host_in) {
   if (b == NULL || host_in == NULL) return PGS_ERR_INVALID;
+  b->resid_zero = 0;
   return b->ops->copy(b->ops, b->resid, host_in, b->n * sizeof(float),
                       PGS_COPY_FROM_HOST);
 }
@@ -228,8 +230,34 @@ static void reset_stats(pgs_bucket_t *b) {
   s->words_upper_bound = 6.0 * (double)b->k * pf;
 }
 
+/* The dense call on a zero residual: the average of grad alone, as DDP's own
+ * allreduce computes it, with no pass over the residual. A non-finite entry
+ * on any rank makes the reduced sum non-finite on every rank, so checking the
+ * result fails the call everywhere without a control message. */
+static int dense_fresh(pgs_bucket_t *b, const float *grad, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  int st = PGS_OK;
+  if ((const float *)out != grad)
+    st = ops->copy(ops, out, grad, b->n * sizeof(float), PGS_COPY_SAME);
+  if (st != PGS_OK) return st;
+  pgs_phase_enter(b, PGS_PHASE_REDUCE);
+  st = pgs_comm_allreduce(b->comm, out, b->n, PGS_FLOAT32, PGS_SUM);
+  if (st != PGS_OK) return st;
+  if (b->cfg.check_finite) {
+    int64_t bad = 0;
+    st = ops->count_nonfinite(ops, out, b->n, &bad);
+    if (st != PGS_OK) return st;
+    if (bad > 0) return PGS_ERR_NONFINITE;
+  }
+  return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
+}
+
 int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out) {
   const pgs_ops_t *ops = b->ops;
+  b->stats.dense = 1;
+  b->stats.local_selected = (int64_t)b->n;
+  b->stats.global_selected = (int64_t)b->n;
+  if (b->resid_zero) return dense_fresh(b, grad, out);
   int st = pgs_accumulate(b, grad, -1.0f, NULL);
   if (st != PGS_OK) return st;
   if ((const float *)out != b->resid) {
@@ -241,22 +269,29 @@ int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
   st = ops->scale(ops, out, b->n, 1.0f / (float)b->size);
   if (st != PGS_OK) return st;
-  b->stats.dense = 1;
-  b->stats.local_selected = (int64_t)b->n;
-  b->stats.global_selected = (int64_t)b->n;
-  return ops->fill_zero(ops, b->resid, b->n * sizeof(float));
+  st = ops->fill_zero(ops, b->resid, b->n * sizeof(float));
+  if (st == PGS_OK) b->resid_zero = 1;
+  return st;
 }
 
 int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
   if (b == NULL || grad == NULL || out == NULL) return PGS_ERR_INVALID;
   reset_stats(b);
   pgs_phase_enter(b, PGS_PHASE_SELECT);
-  int st = check_collective(b, grad);
+  const int dense = b->step < b->cfg.warmup_steps || b->algo == &pgs_algo_dense;
+  int st = PGS_OK;
+  /* A dense call on a zero residual after the first check finds bad input
+   * in its result (dense_fresh); every other call is checked up front, so
+   * that a failed call leaves the residual as it was. */
+  if (!b->checked || !dense || !b->resid_zero) st = check_collective(b, grad);
   if (st == PGS_OK) {
-    if (b->step < b->cfg.warmup_steps)
+    b->checked = 1;
+    if (dense) {
       st = pgs_dense_step(b, grad, out);
-    else
+    } else {
+      b->resid_zero = 0;
       st = b->algo->step(b, grad, out);
+    }
   }
   pgs_phase_enter(b, PGS_PHASE_COUNT);
   if (st == PGS_OK) b->step++;
