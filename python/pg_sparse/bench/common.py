@@ -221,7 +221,9 @@ def pyplot():  # type: ignore[no-untyped-def]
 
 def save_figure(fig: Any, path: Path, ctx: Context) -> Path:
     """Save a figure with the context as a footnote, then close it."""
-    fig.text(0.01, 0.005, ctx.line(), fontsize=6, color="0.35", wrap=True)
+    # Below the axes (the tight bounding box grows to hold it), clear of
+    # the x label.
+    fig.text(0.01, -0.01, ctx.line(), fontsize=6, color="0.35", wrap=True, va="top")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     pyplot().close(fig)
     return path
