@@ -149,6 +149,7 @@ def _row(n: int, density: float, device: str, repeats: int, warmup: int,
     row["floor_gbps"] = PASS_BYTES * n / floor_s / 1e9
     row["stream_add_gbps"] = PASS_BYTES * n / add_s / 1e9
     row["stream_copy_gbps"] = 8 * n / copy_s / 1e9
+    row["accumulate_gbps"] = PASS_BYTES * n / timings["accumulate"].median / 1e9
     for name, t in timings.items():
         row[f"{name}_timing"] = t.as_dict()
         row[f"{name}_ns_per_value"] = t.median / n * 1e9
