@@ -27,7 +27,7 @@ install_python_packages() {
     "$python" -m pip install -q "torch==2.13.0"
   fi
   local want=()
-  for mod in pytest tqdm sklearn; do
+  for mod in pytest tqdm sklearn matplotlib; do
     "$python" -c "import $mod" >/dev/null 2>&1 || want+=("$mod")
   done
   want=("${want[@]/sklearn/scikit-learn}")

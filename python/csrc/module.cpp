@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "bucket.hpp"
+#include "ops_bindings.hpp"
 #include "transports.hpp"
 
 namespace py = pybind11;
@@ -123,4 +124,5 @@ PYBIND11_MODULE(_C, m) {
       .def("set_state", &SparseBucket::set_state,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("numel", &SparseBucket::numel);
+  bind_ops(m);
 }

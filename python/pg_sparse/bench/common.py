@@ -70,6 +70,55 @@ def context(world_size: int = 1, transport: str = "-", link: str | None = None,
                    world_size=world_size, transport=transport, link=link, note=note)
 
 
+# -- arguments and data -----------------------------------------------------
+
+def parse_size(text: str) -> int:
+    """``"4M"`` -> 4194304 (K, M, G are powers of 1024; plain integers too)."""
+    import argparse
+
+    t = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    if mult > 1:
+        t = t[:-1]
+    try:
+        value = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size must be >= 1, got {text!r}")
+    return value
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma-separated list of sizes (see :func:`parse_size`)."""
+    return [parse_size(s) for s in text.split(",") if s.strip()]
+
+
+def parse_floats(text: str) -> list[float]:
+    """A comma-separated list of floats."""
+    return [float(s) for s in text.split(",") if s.strip()]
+
+
+def size_label(n: int) -> str:
+    """4194304 -> "4M": the inverse of :func:`parse_size` where exact."""
+    for unit, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{unit}"
+    return str(n)
+
+
+def heavy_tailed(n: int, seed: int, scale: float = 1.0) -> Any:
+    """``n`` gradient-like float32 values on the CPU, deterministic in
+    ``seed``: normals times a log-normal scale (a normal variance mixture,
+    heavier-tailed than a normal, as real gradients are)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=gen)
+    x.mul_(torch.randn(n, generator=gen).mul_(0.75).exp_())
+    return x.mul_(scale)
+
+
 # -- timing -----------------------------------------------------------------
 
 @dataclass
@@ -172,7 +221,9 @@ def pyplot():  # type: ignore[no-untyped-def]
 
 def save_figure(fig: Any, path: Path, ctx: Context) -> Path:
     """Save a figure with the context as a footnote, then close it."""
-    fig.text(0.01, 0.005, ctx.line(), fontsize=6, color="0.35", wrap=True)
+    # Below the axes (the tight bounding box grows to hold it), clear of
+    # the x label.
+    fig.text(0.01, -0.01, ctx.line(), fontsize=6, color="0.35", wrap=True, va="top")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     pyplot().close(fig)
     return path
