@@ -13,6 +13,7 @@ import sys
 
 SUITES: dict[str, str] = {
     # name: one line of help; the module pg_sparse.bench.<name> implements it.
+    "net": "network namespaces on a bridge, links shaped with tc (root)",
 }
 
 
