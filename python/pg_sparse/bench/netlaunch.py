@@ -86,12 +86,16 @@ def _program(args: Sequence[str], script: str | None, module: str) -> list[str]:
     return [str(Path(script).resolve()), *args] if script else ["-m", module, *args]
 
 
-def _tee(src: IO[str], dst: Path, echo: bool) -> threading.Thread:
+
+
+def _tee(src: IO[str], dst: Path, echo: bool, failed: threading.Event) -> threading.Thread:
     def pump() -> None:
         with open(dst, "w") as f:
             for line in src:
                 f.write(line)
                 f.flush()
+                if " failed (exitcode: " in line or "ChildFailedError" in line:
+                    failed.set()
                 if echo:
                     sys.stdout.write(line)
                     sys.stdout.flush()
@@ -105,8 +109,13 @@ def _run(net: Network, launcher: str, per_host: list[tuple[int, list[str]]],
          env: dict[str, str], log_dir: Path, timeout: float, fail_grace: float,
          stream: bool) -> LaunchResult:
     """Start each (host, cmd), wait for all (at most ``timeout`` s; once one
-    fails the others get ``fail_grace`` s), kill leftovers, collect."""
+    fails the others get ``fail_grace`` s), kill leftovers, collect.
+
+    A torchrun agent whose worker failed can stay up, waiting on its peers,
+    until the other hosts end: its log line "failed (exitcode: N)" counts as
+    a failure too."""
     procs: list[subprocess.Popen] = []
+    failed_log = threading.Event()
     pumps, logs = [], []
     start = time.monotonic()
     timed_out = False
@@ -118,10 +127,11 @@ def _run(net: Network, launcher: str, per_host: list[tuple[int, list[str]]],
             procs.append(p)
             logs.append(log_dir / f"{launcher}-host{host}.log")
             assert p.stdout is not None
-            pumps.append(_tee(p.stdout, logs[-1], stream and n == 0))
+            pumps.append(_tee(p.stdout, logs[-1], stream and n == 0, failed_log))
         deadline, failed = start + timeout, False
         while any(p.poll() is None for p in procs):
-            if not failed and any(p.returncode not in (None, 0) for p in procs):
+            if not failed and (failed_log.is_set() or
+                               any(p.returncode not in (None, 0) for p in procs)):
                 failed, deadline = True, min(deadline, time.monotonic() + fail_grace)
             if time.monotonic() > deadline:
                 timed_out = not failed
