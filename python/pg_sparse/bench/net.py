@@ -86,6 +86,9 @@ def main(args: argparse.Namespace) -> int:
     except (NetError, ValueError) as e:
         print(f"pg_sparse.bench net: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("pg_sparse.bench net: interrupted; the network is removed", file=sys.stderr)
+        return 130
 
 
 def _main(args: argparse.Namespace) -> int:

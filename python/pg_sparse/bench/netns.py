@@ -109,14 +109,22 @@ def down(prefix: str) -> list[str]:
         kill_namespace_pids(name)
         sh("ip", "netns", "del", name, check=False)
         gone.append(name)
-    _LIVE.discard(prefix)
+    _forget(prefix)
     return gone
+
+
+def _forget(prefix: str) -> None:
+    """No teardown of ``prefix`` at exit; handlers back once none is live."""
+    _LIVE.discard(prefix)
+    if not _LIVE:
+        _restore_handlers()
 
 
 # -- teardown at exit and on signals -------------------------------------------
 
 _LIVE: set[str] = set()
 _HANDLERS: dict[int, Any] = {}
+_ATEXIT = False
 
 
 def _down_all() -> None:
@@ -129,15 +137,25 @@ def _down_all() -> None:
 
 def _on_signal(signum: int, frame: Any) -> None:
     _down_all()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise SystemExit(128 + signum)
 
 
+def _restore_handlers() -> None:
+    if threading.current_thread() is threading.main_thread():
+        for sig, old in _HANDLERS.items():
+            signal.signal(sig, old)
+        _HANDLERS.clear()
+
+
 def _register(prefix: str) -> None:
-    if not _LIVE and not _HANDLERS:
-        atexit.register(_down_all)
+    global _ATEXIT
+    if not _ATEXIT:
+        _ATEXIT = atexit.register(_down_all) is not None
     _LIVE.add(prefix)
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if sig not in _HANDLERS:
                 _HANDLERS[sig] = signal.signal(sig, _on_signal)
 
@@ -234,7 +252,7 @@ class Network:
 
     def detach(self) -> None:
         """Leave the network up when this process exits (``net up``)."""
-        _LIVE.discard(self.prefix)
+        _forget(self.prefix)
 
     @classmethod
     def attach(cls, prefix: str = "pgsb") -> Network:
