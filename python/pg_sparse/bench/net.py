@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="length bound of the throughput check (s)")
         p.add_argument("--max-mb", type=int, default=1024,
                        help="size bound of the throughput check (MB)")
+        p.add_argument("--out", default=None,
+                       help="also write the check (with the context) to OUT/net.json")
 
     p = sub.add_parser("up", help="create, shape and check the network; leave it up")
     common(p, True, True)
@@ -76,6 +78,16 @@ def _check(net: Network, args: argparse.Namespace) -> float:
     mbit = net.measure(seconds=args.seconds, max_bytes=args.max_mb << 20)
     note = f"; {net.delay_note}" if net.delay_note else ""
     print(f"requested {net.rate or 'unshaped'}, measured {mbit:.0f} Mbit/s{note}", flush=True)
+    if args.out:
+        from .common import context, out_dir, write_json
+
+        ctx = context(world_size=net.hosts, transport=getattr(args, "launcher", "-"),
+                      link=net.link(), note=net.delay_note)
+        row = {"hosts": net.hosts, "rate": net.rate or "unshaped", "delay": net.delay,
+               "measured_mbit_s": mbit, "seconds_bound": args.seconds,
+               "bytes_bound": args.max_mb << 20}
+        path = write_json(out_dir(args.out) / "net.json", ctx, [row])
+        print(f"wrote {path}", flush=True)
     return mbit
 
 
