@@ -9,7 +9,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +42,7 @@ def prefix(request: pytest.FixtureRequest) -> Iterator[str]:
     """A prefix unique to this test and process; asserts nothing of it is left."""
     from pg_sparse.bench import netns
 
-    name = f"pgst{os.getpid() % 10000}{request.node.name[5:7]}"[:10]
+    name = f"pgs{os.getpid() % 1000:03d}{zlib.crc32(request.node.nodeid.encode()) % 10000:04d}"
     netns.down(name)
     yield name
     left = netns.namespaces(name)
@@ -112,8 +114,9 @@ def test_cli_error_cleans_up(prefix: str) -> None:
     """`net run` whose ranks fail exits non-zero and removes the network."""
     env = {**os.environ, "PYTHONPATH": str(HERE.parents[1] / "python")}
     res = subprocess.run(
-        ["python3", "-m", "pg_sparse.bench", "net", "run", "--hosts", "2", "--rate", "1gbit",
-         "--prefix", prefix, "--seconds", "0.5", "--timeout", "40", "--script", WORKER, "--",
+        [sys.executable, "-m", "pg_sparse.bench", "net", "run", "--hosts", "2", "--rate", "1gbit",
+         "--prefix", prefix, "--seconds", "0.5", "--timeout", "40", "--launcher", "mpirun",
+         "--script", WORKER, "--",
          "--out", "/nonexistent/dir", "--fail-rank", "0"],
         capture_output=True, text=True, timeout=55, env=env, cwd=tempfile.gettempdir())
     assert res.returncode == 1, res.stdout + res.stderr
