@@ -17,6 +17,8 @@ SUITES: dict[str, str] = {
     "collectives": "one call of every algorithm and dense: time and words per rank",
     "sweep": "the ddp suite across link rates, crossover against dense",
     "model": "alpha-beta model fitted to measurements, projected to large P",
+
+    "net": "network namespaces on a bridge, links shaped with tc (root)",
 }
 
 
