@@ -13,6 +13,7 @@ import sys
 
 SUITES: dict[str, str] = {
     # name: one line of help; the module pg_sparse.bench.<name> implements it.
+    "ddp": "DDP step time of real architectures: every hook and torch's baselines",
 }
 
 
