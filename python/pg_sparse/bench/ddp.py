@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from .common import context, fmt, markdown_table, out_dir, write_json, write_markdown
+from .common import context
 
 TORCH_METHODS = ("gloo", "bf16", "fp16", "powersgd")
 SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
@@ -34,6 +34,7 @@ ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS)
 PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
 # Per step and rank: step, forward, backward, backward compute, wait, optimizer.
 _TIMES = ("step_s", "forward_s", "backward_s", *PHASES[1:])
+_PSGD_GROUPS = 8  # gloo groups for PowerSGD's buckets (index mod 8)
 _PARAM_CHECK_MAX = 50_000_000  # compare final parameters with gloo's up to this size
 
 
@@ -88,7 +89,9 @@ def main(args: argparse.Namespace) -> int:
         return launch(args)
     result = run_ddp_suite(args)
     if result["rank"] == 0:
-        write_outputs(args, result)
+        from .ddp_report import write_outputs
+
+        write_outputs(args.out, result)
     return 0
 
 
@@ -131,6 +134,10 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
         dist.init_process_group("sparse")
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
+    # PowerSGD: a gloo group per bucket (see PowerSGDPerBucket), made up front
+    # (new_group is collective).
+    psgd_groups = [dist.new_group(backend="gloo") for _ in range(_PSGD_GROUPS)] \
+        if "powersgd" in methods else []
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     cpus = os.cpu_count() or 1
     threads = args.threads or max(1, cpus // local)
@@ -164,7 +171,7 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
         model = copy.deepcopy(base)
         try:
             row, params = _run_method(method, model, spec, batches, warmup, args,
-                                      gloo, world, numel)
+                                      gloo, world, numel, psgd_groups)
         except Exception as e:  # keep going: one method's failure is a result too
             row, params = {"model": spec.name, "method": method, "error": repr(e)}, None
             if rank == 0:
@@ -186,8 +193,8 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: int,
-                args: argparse.Namespace, gloo: Any, world: int,
-                numel: int) -> tuple[dict[str, Any], Any]:
+                args: argparse.Namespace, gloo: Any, world: int, numel: int,
+                psgd_groups: list[Any] | None = None) -> tuple[dict[str, Any], Any]:
     """Warm up, then time ``args.steps`` steps of one method."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -199,7 +206,7 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         group = gloo if method in TORCH_METHODS else None
         ddp = DDP(model, process_group=group, bucket_cap_mb=args.bucket_cap_mb,
                   gradient_as_bucket_view=args.bucket_view)
-        state = _register_hook(ddp, method, args.density, gloo)
+        state = _register_hook(ddp, method, args.density, gloo, psgd_groups)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     ready = [0.0]
 
@@ -246,10 +253,10 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
     return row, params
 
 
-def _register_hook(ddp: Any, method: str, density: float, gloo: Any) -> Any:
+def _register_hook(ddp: Any, method: str, density: float, gloo: Any,
+                   psgd_groups: list[Any] | None = None) -> Any:
     """The method's comm hook on ``ddp``; returns its state."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     import pg_sparse
 
@@ -262,13 +269,52 @@ def _register_hook(ddp: Any, method: str, density: float, gloo: Any) -> Any:
         ddp.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
         return None
     if method == "powersgd":
-        state = psgd.PowerSGDState(process_group=gloo, matrix_approximation_rank=4,
-                                   start_powerSGD_iter=2)
-        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        state = PowerSGDPerBucket(psgd_groups or [gloo])
+        ddp.register_comm_hook(state, _powersgd_dispatch)
         return state
     state = pg_sparse.SparseState(density=density)
     ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])
     return state
+
+
+class PowerSGDPerBucket:
+    """torch's PowerSGD hook (rank 4, from iteration 2) with one PowerSGD
+    state and gloo group per DDP bucket (bucket index mod the groups).
+
+    With one group, the hook's second allreduce (the Qs, issued from the
+    first one's completion callback) races the next bucket's first one
+    (issued by the autograd thread): ranks issue them in different orders and
+    gloo fails ("Received data size doesn't match expected size"). Separate
+    groups keep each bucket's collectives in order and DDP's overlap on."""
+
+    def __init__(self, groups: list[Any], rank: int = 4, start_iter: int = 2) -> None:
+        self.groups = groups
+        self.rank = rank
+        self.start_iter = start_iter
+        self.iter = 0
+        self.states: dict[int, Any] = {}
+        self.process_group = groups[0]
+
+    def hook(self, bucket: Any) -> Any:
+        """PowerSGD of one bucket on its group's state."""
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+        i = bucket.index()
+        st = self.states.get(i)
+        if st is None:
+            st = self.states[i] = psgd.PowerSGDState(
+                process_group=self.groups[i % len(self.groups)],
+                matrix_approximation_rank=self.rank, start_powerSGD_iter=self.start_iter)
+        st.iter = self.iter  # one step counter for all buckets
+        fut = psgd.powerSGD_hook(st, bucket)
+        if bucket.is_last():
+            self.iter += 1
+        return fut
+
+
+def _powersgd_dispatch(state, bucket):  # type: ignore[no-untyped-def]
+    """DDP hook for :class:`PowerSGDPerBucket` (no annotations: see _bf16_hook)."""
+    return state.hook(bucket)
 
 
 def _bf16_hook(process_group, bucket):  # type: ignore[no-untyped-def]
@@ -323,6 +369,7 @@ def _row(method: str, model: str, per_step: Any, world: int, numel: int,
         row["bytes_source"] = "ring model 2(P-1)/P x 2 B x n"
     elif method == "powersgd":
         row["bytes_per_rank"] = ring * 4 * psgd_elements
+        row["density"] = psgd_elements / numel  # values sent per gradient entry
         row["bytes_source"] = "estimate: ring model over PowerSGD's P, Q and uncompressed"
     row["bytes_model_dense"] = ring * 4 * numel
     return row
@@ -341,96 +388,3 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
         floor = by.get("nocomm")
         r["over_nocomm_s"] = r["step_s_median"] - floor["step_s_median"] if floor else None
 
-
-def _cell_ms(r: dict[str, Any], key: str) -> str:
-    v = r.get(key)
-    return "" if v is None else f"{v * 1e3:.1f}"
-
-
-def _ratio(v: Any) -> str:
-    return "" if v is None else f"{v:.2f}x"
-
-
-def write_outputs(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, str]:
-    """JSON, markdown table and PNG of one run (rank 0); returns their paths."""
-    ctx, config, rows = result["context"], result["config"], result["rows"]
-    out = out_dir(args.out)
-    stem = f"ddp_{config['model']}"
-    paths = {"json": str(write_json(out / f"{stem}.json", ctx, rows, config=config))}
-    table = []
-    for r in rows:
-        if "error" in r:
-            table.append({"method": r["method"], "step": f"failed: {r['error']}"})
-            continue
-        table.append({
-            "method": r["method"],
-            "step": f"{r['step_s_median'] * 1e3:.1f} [{r['step_s_min'] * 1e3:.1f}"
-                    f"\u2013{r['step_s_max'] * 1e3:.1f}]",
-            "gloo": _ratio(r.get("ratio_to_gloo")), "bf16": _ratio(r.get("ratio_to_bf16")),
-            "floor": "" if r.get("over_nocomm_s") is None else
-                     f"{r['over_nocomm_s'] * 1e3:+.1f} ms ({_ratio(r.get('ratio_to_nocomm'))})",
-            "bytes": fmt(int(r["bytes_per_rank"])) + ("*" if "estimate" in r["bytes_source"]
-                                                       else ""),
-            "density": f"{r['density']:.4g}",
-            **{k: _cell_ms(r, k) for k in (*PHASES, "hook_time_s")},
-        })
-    cols = ["method", "step", "gloo", "bf16", "floor", "bytes", "density", *PHASES,
-            "hook_time_s"]
-    heads = ["method", "step ms median [min\u2013max]", "ratio to gloo", "ratio to bf16",
-             "vs nocomm floor", "bytes per rank", "density", "forward ms",
-             "backward compute ms", "backward wait ms", "optimizer ms", "hook time ms"]
-    notes = [
-        f"Model: {config['shape']}; {config['numel']:,} parameters; P = "
-        f"{config['world_size']}; {config['warmup']} warm-up + {config['steps']} timed steps "
-        f"per method; {config['optimizer']}; bucket_cap_mb {config['bucket_cap_mb']}; "
-        f"gradient_as_bucket_view {config['gradient_as_bucket_view']}; density "
-        f"{config['density']}; {config['threads_per_rank']} torch thread(s) per rank.",
-        "",
-        markdown_table(table, cols, heads),
-        "Each step's figures are the slowest rank's; phases are medians over steps, so "
-        "they need not add up to the step. Backward compute: from backward's start to "
-        "the last gradient accumulated; backward wait: from there to backward's end "
-        "(the communication DDP could not overlap). Bytes: pg_sparse from its stats; "
-        "gloo, bf16 and fp16 from the ring model 2(P-1)/P x bytes; * marks an estimate "
-        "(PowerSGD: ring model over its P and Q matrices and uncompressed tensors). "
-        "DDP's buffer broadcasts (BatchNorm) are not counted.",
-    ]
-    paths["markdown"] = str(write_markdown(out / f"{stem}.md",
-                                           f"DDP step time: {config['model']}", ctx, notes))
-    try:
-        paths["png"] = str(_plot(out / f"{stem}.png", ctx, config, rows))
-    except ImportError as e:  # matplotlib missing: the table and JSON still stand
-        print(f"ddp: no plot ({e})", flush=True)
-    print(markdown_table(table, cols, heads), flush=True)
-    print("wrote", ", ".join(paths.values()), flush=True)
-    return paths
-
-
-def _plot(path: Any, ctx: Any, config: dict[str, Any], rows: list[dict[str, Any]]) -> Any:
-    from .common import pyplot, save_figure
-
-    plt = pyplot()
-    ok = [r for r in rows if "error" not in r]
-    names = [r["method"] for r in ok]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5),
-                                 gridspec_kw={"width_ratios": [2, 1]})
-    bottom = [0.0] * len(ok)
-    labels = {"forward_s": "forward", "backward_compute_s": "backward (compute)",
-              "backward_wait_s": "backward (comm wait)", "optimizer_s": "optimizer"}
-    for k in PHASES:
-        vals = [r[k] * 1e3 for r in ok]
-        ax.bar(names, vals, bottom=bottom, label=labels[k])
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.scatter(names, [r["step_s_median"] * 1e3 for r in ok], color="k", marker="_",
-               s=400, label="step (median)", zorder=3)
-    ax.set_ylabel("ms per step (slowest rank)")
-    ax.set_title(f"{config['model']}: DDP step phases, P={config['world_size']}")
-    ax.legend(fontsize=7)
-    ax.tick_params(axis="x", rotation=45)
-    bx.bar(names, [max(r["bytes_per_rank"], 1.0) / 1e6 for r in ok], color="tab:gray")
-    bx.set_yscale("log")
-    bx.set_ylabel("MB sent per rank per step")
-    bx.set_title("volume")
-    bx.tick_params(axis="x", rotation=45)
-    fig.tight_layout()
-    return save_figure(fig, path, ctx)
