@@ -62,7 +62,11 @@ def write_outputs(out_path: str | os.PathLike[str], result: dict[str, Any]) -> d
         "(the communication DDP could not overlap). Bytes: pg_sparse from its stats; "
         "gloo, bf16 and fp16 from the ring model 2(P-1)/P x bytes; * marks an estimate "
         "(PowerSGD: ring model over its P and Q matrices and uncompressed tensors). "
-        "DDP's buffer broadcasts (BatchNorm) are not counted.",
+        "DDP's buffer broadcasts (BatchNorm) are not counted. bf16 is torch's "
+        "bf16_compress_hook registered under another name (torch's DDP refuses that name "
+        "without CUDA and NCCL; gloo reduces bf16 on CPU). PowerSGD: rank 4 from iteration "
+        "2, one state and gloo group per bucket (with one group its chained allreduces "
+        "race the next bucket's on gloo).",
     ]
     paths["markdown"] = str(write_markdown(out / f"{stem}.md",
                                            f"DDP step time: {config['model']}", ctx, notes))
