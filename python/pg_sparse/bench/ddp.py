@@ -34,7 +34,6 @@ ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS)
 PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
 # Per step and rank: step, forward, backward, backward compute, wait, optimizer.
 _TIMES = ("step_s", "forward_s", "backward_s", *PHASES[1:])
-_PSGD_GROUPS = 8  # gloo groups for PowerSGD's buckets (index mod 8)
 _PARAM_CHECK_MAX = 50_000_000  # compare final parameters with gloo's up to this size
 
 
@@ -134,10 +133,6 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
         dist.init_process_group("sparse")
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
-    # PowerSGD: a gloo group per bucket (see PowerSGDPerBucket), made up front
-    # (new_group is collective).
-    psgd_groups = [dist.new_group(backend="gloo") for _ in range(_PSGD_GROUPS)] \
-        if "powersgd" in methods else []
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     cpus = os.cpu_count() or 1
     threads = args.threads or max(1, cpus // local)
@@ -151,6 +146,12 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
     base = spec.build()
     build_s = time.perf_counter() - t0
     numel = sum(p.numel() for p in base.parameters() if p.requires_grad)
+    # PowerSGD: a gloo group per bucket (see PowerSGDPerBucket), made up front
+    # as new_group is collective. Every bucket but the last holds at least
+    # bucket_cap_mb (DDP's first holds 1 MB), so this many always suffice.
+    n_groups = int(4 * numel / (args.bucket_cap_mb * 2**20)) + 3
+    psgd_groups = [dist.new_group(backend="gloo") for _ in range(n_groups)] \
+        if "powersgd" in methods else []
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank + 1)
     batches = [spec.make_batch(gen, batch, seq) for _ in range(warmup + args.steps)]
     config = {"model": spec.name, "shape": spec.describe(batch, seq), "numel": numel,
@@ -279,10 +280,10 @@ def _register_hook(ddp: Any, method: str, density: float, gloo: Any,
 
 class PowerSGDPerBucket:
     """torch's PowerSGD hook (rank 4, from iteration 2) with one PowerSGD
-    state and gloo group per DDP bucket (bucket index mod the groups).
+    state and gloo group per DDP bucket.
 
     With one group, the hook's second allreduce (the Qs, issued from the
-    first one's completion callback) races the next bucket's first one
+    first ones' completion callbacks) races the next buckets' first one
     (issued by the autograd thread): ranks issue them in different orders and
     gloo fails ("Received data size doesn't match expected size"). Separate
     groups keep each bucket's collectives in order and DDP's overlap on."""
