@@ -190,6 +190,8 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
         gc.collect()
         dist.barrier(group=gloo)
     _ratios(rows)
+    for r in rows:
+        r["link"] = ctx.link  # a bandwidth sweep groups rows by it
     return {"rank": rank, "context": ctx, "config": config, "rows": rows}
 
 
