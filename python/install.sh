@@ -26,8 +26,11 @@ install_python_packages() {
   if ! "$python" -c "import torch" >/dev/null 2>&1; then
     "$python" -m pip install -q "torch==2.13.0"
   fi
+  # transformers (the DDP benchmark's ResNet-50, BERT and GPT-2, built from
+  # their configurations) does not depend on torch, so pip keeps the torch
+  # above; matplotlib draws the benchmarks' plots.
   local want=()
-  for mod in pytest tqdm sklearn matplotlib; do
+  for mod in pytest tqdm sklearn transformers matplotlib; do
     "$python" -c "import $mod" >/dev/null 2>&1 || want+=("$mod")
   done
   want=("${want[@]/sklearn/scikit-learn}")

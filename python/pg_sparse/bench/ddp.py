@@ -1,0 +1,393 @@
+"""``python -m pg_sparse.bench ddp``: DDP step time of real architectures
+with every pg_sparse hook and torch's baselines, in one job.
+
+Every method runs in the same processes, one after another, from the same
+initial weights on the same batches, with DDP's overlap on:
+
+- ``nocomm``: the model without DDP (the floor: no communication at all);
+- ``gloo``: plain DDP on a gloo group; ``bf16`` / ``fp16``: the same with
+  torch's ``bf16_compress_hook`` / ``fp16_compress_hook``; ``powersgd``:
+  torch's PowerSGD hook (rank 4, from iteration 2), all on that gloo group;
+- ``dense``, ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``:
+  pg_sparse hooks on the ``"sparse"`` default group.
+
+Without RANK/WORLD_SIZE in the environment it launches itself under
+``torch.distributed.run --standalone``; under torchrun, mpirun or a harness
+that sets them it runs as one rank. Only rank 0 writes the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from .common import context
+
+TORCH_METHODS = ("gloo", "bf16", "fp16", "powersgd")
+SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
+METHODS = ("nocomm", "gloo", "bf16", "powersgd", *SPARSE_METHODS)  # the default list
+ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS)
+PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
+# Per step and rank: step, forward, backward, backward compute, wait, optimizer.
+_TIMES = ("step_s", "forward_s", "backward_s", *PHASES[1:])
+_PARAM_CHECK_MAX = 50_000_000  # compare final parameters with gloo's up to this size
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The suite's options."""
+    parser.add_argument("--out", required=True, help="output folder (rank 0 writes)")
+    parser.add_argument("--model", default="mlp25m",
+                        help="tiny | mlp25m | resnet50 | bert-base | gpt2")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS),
+                        help=f"some of {' '.join(ALL_METHODS)} (commas allowed)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per method")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed steps per method first (at least 3)")
+    parser.add_argument("--batch", type=int, default=0, help="per-rank batch (0: model's)")
+    parser.add_argument("--seq", type=int, default=0,
+                        help="sequence length, or ResNet image side (0: model's)")
+    parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("--nproc", type=int, default=4, help="ranks when launching itself")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    parser.add_argument("--bucket-view", action="store_true",
+                        help="DDP gradient_as_bucket_view=True")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads per rank (0: cores / local ranks)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _to_argv(args: argparse.Namespace) -> list[str]:
+    """The options again, for the ranks this process launches (without
+    ``--nproc``: torchrun's own parser would take it for an abbreviation of
+    its ``--nproc-per-node`` even after the module name)."""
+    argv = ["--out", str(args.out), "--model", args.model, "--methods", *_methods(args),
+            "--steps", str(args.steps), "--warmup", str(args.warmup),
+            "--batch", str(args.batch), "--seq", str(args.seq),
+            "--density", repr(args.density),
+            "--bucket-cap-mb", repr(args.bucket_cap_mb), "--threads", str(args.threads),
+            "--lr", repr(args.lr), "--seed", str(args.seed)]
+    return argv + (["--bucket-view"] if args.bucket_view else [])
+
+
+def _methods(args: argparse.Namespace) -> list[str]:
+    out = [m for item in args.methods for m in item.split(",") if m]
+    bad = [m for m in out if m not in ALL_METHODS]
+    if bad:
+        raise SystemExit(f"ddp: unknown method(s) {bad}; choose from {ALL_METHODS}")
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run as one rank when RANK/WORLD_SIZE are set, else launch the ranks."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return launch(args)
+    result = run_ddp_suite(args)
+    if result["rank"] == 0:
+        from .ddp_report import write_outputs
+
+        write_outputs(args.out, result)
+    return 0
+
+
+def launch(args: argparse.Namespace) -> int:
+    """``torch.distributed.run --standalone --nproc_per_node=NPROC`` of this suite."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={args.nproc}", "-m", "pg_sparse.bench", "ddp", *_to_argv(args)]
+    print("launching:", " ".join(cmd), flush=True)
+    return subprocess.call(cmd)
+
+
+def _sync_max(values: Any, group: Any) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t
+
+
+def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every method in this rank's process (initialising the default
+    ``"sparse"`` group if needed) and return ``{"rank", "context", "config",
+    "rows"}``; the rows' figures are maxima over ranks, the same on every rank."""
+    import copy
+    import gc
+
+    import torch
+    import torch.distributed as dist
+
+    import pg_sparse
+
+    from .models import get_model
+
+    methods = _methods(args)
+    warmup = max(3, args.warmup)
+    spec = get_model(args.model)
+    batch, seq = args.batch or spec.batch, args.seq or spec.seq
+    if not dist.is_initialized():
+        dist.init_process_group("sparse")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    cpus = os.cpu_count() or 1
+    threads = args.threads or max(1, cpus // local)
+    torch.set_num_threads(threads)
+    transport, why = pg_sparse.choose_transport()
+    note = f"{local} ranks on {cpus} cores" if local > cpus else ""
+    ctx = context(world_size=world, transport=f"sparse over {transport} ({why}); "
+                  "baselines on gloo", note=note)
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    base = spec.build()
+    build_s = time.perf_counter() - t0
+    numel = sum(p.numel() for p in base.parameters() if p.requires_grad)
+    # PowerSGD: a gloo group per bucket (see PowerSGDPerBucket), made up front
+    # as new_group is collective. Every bucket but the last holds at least
+    # bucket_cap_mb (DDP's first holds 1 MB), so this many always suffice.
+    n_groups = int(4 * numel / (args.bucket_cap_mb * 2**20)) + 3
+    psgd_groups = [dist.new_group(backend="gloo") for _ in range(n_groups)] \
+        if "powersgd" in methods else []
+    gen = torch.Generator().manual_seed(args.seed * 7919 + rank + 1)
+    batches = [spec.make_batch(gen, batch, seq) for _ in range(warmup + args.steps)]
+    config = {"model": spec.name, "shape": spec.describe(batch, seq), "numel": numel,
+              "batch": batch, "seq": seq, "steps": args.steps, "warmup": warmup,
+              "density": args.density, "world_size": world, "threads_per_rank": threads,
+              "bucket_cap_mb": args.bucket_cap_mb, "gradient_as_bucket_view": args.bucket_view,
+              "optimizer": f"SGD(lr={args.lr}, momentum=0.9)", "methods": methods,
+              "build_s": build_s}
+    if rank == 0:
+        print(ctx.line(), flush=True)
+        print(f"model {spec.name}: {config['shape']}; {numel:,} parameters; "
+              f"{warmup} warm-up + {args.steps} timed steps per method; "
+              f"{threads} torch thread(s) per rank", flush=True)
+    rows: list[dict[str, Any]] = []
+    ref_params = None
+    for method in methods:
+        torch.manual_seed(args.seed + rank)  # same dropout masks for every method
+        model = copy.deepcopy(base)
+        try:
+            row, params = _run_method(method, model, spec, batches, warmup, args,
+                                      gloo, world, numel, psgd_groups)
+        except Exception as e:  # keep going: one method's failure is a result too
+            row, params = {"model": spec.name, "method": method, "error": repr(e)}, None
+            if rank == 0:
+                print(f"  {method}: FAILED {e!r}", flush=True)
+        if params is not None and method == "gloo":
+            ref_params = params
+        if params is not None and ref_params is not None:
+            row["param_max_abs_diff_vs_gloo"] = float((params - ref_params).abs().max())
+        rows.append(row)
+        if rank == 0 and "error" not in row:
+            print(f"  {method:>9}: step {row['step_s_median'] * 1e3:8.1f} ms "
+                  f"[{row['step_s_min'] * 1e3:.1f}-{row['step_s_max'] * 1e3:.1f}]  "
+                  f"bytes/rank {row['bytes_per_rank']:,.0f}", flush=True)
+        del model, params
+        gc.collect()
+        dist.barrier(group=gloo)
+    _ratios(rows)
+    for r in rows:
+        r["link"] = ctx.link  # a bandwidth sweep groups rows by it
+    return {"rank": rank, "context": ctx, "config": config, "rows": rows}
+
+
+def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: int,
+                args: argparse.Namespace, gloo: Any, world: int, numel: int,
+                psgd_groups: list[Any] | None = None) -> tuple[dict[str, Any], Any]:
+    """Warm up, then time ``args.steps`` steps of one method."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import pg_sparse
+
+    ddp, state = model, None
+    if method != "nocomm":
+        group = gloo if method in TORCH_METHODS else None
+        ddp = DDP(model, process_group=group, bucket_cap_mb=args.bucket_cap_mb,
+                  gradient_as_bucket_view=args.bucket_view)
+        state = _register_hook(ddp, method, args.density, gloo, psgd_groups)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    ready = [0.0]
+
+    def mark(_p: torch.Tensor) -> None:
+        ready[0] = time.perf_counter()
+
+    handles = [p.register_post_accumulate_grad_hook(mark)
+               for p in model.parameters() if p.requires_grad]
+    pc = time.perf_counter
+    times: list[list[float]] = []
+    stats: list[list[float]] = []
+    for i, b in enumerate(batches):
+        ready[0] = 0.0
+        t0 = pc()
+        loss = spec.loss(ddp, b)
+        t1 = pc()
+        loss.backward()
+        t2 = pc()
+        opt.step()
+        opt.zero_grad(set_to_none=not args.bucket_view)
+        t3 = pc()
+        if i < warmup:
+            continue
+        last = ready[0] if ready[0] else t2
+        times.append([t3 - t0, t1 - t0, t2 - t1, last - t1, t2 - last, t3 - t2])
+        if isinstance(state, pg_sparse.SparseState):
+            s = state.summary()
+            stats.append([s["bytes_sent"], s["time_s"], s["global_selected"], s["n"]])
+    for h in handles:
+        h.remove()
+    per_step = _sync_max(times, gloo)  # each step's figures: the slowest rank's
+    row = _row(method, spec.name, per_step, world, numel,
+               _powersgd_elements(model) if method == "powersgd" else 0)
+    if stats:
+        st = _sync_max(stats, gloo)
+        row["bytes_per_rank"] = float(st[:, 0].mean())
+        row["bytes_source"] = "pg_sparse stats (bytes_sent, max over ranks, mean over steps)"
+        row["hook_time_s"] = float(st[:, 1].median())
+        row["density"] = float((st[:, 2] / st[:, 3]).mean())
+    params = None
+    if numel <= _PARAM_CHECK_MAX:
+        params = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+    del ddp, opt, state
+    return row, params
+
+
+def _register_hook(ddp: Any, method: str, density: float, gloo: Any,
+                   psgd_groups: list[Any] | None = None) -> Any:
+    """The method's comm hook on ``ddp``; returns its state."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    import pg_sparse
+
+    if method == "gloo":
+        return None
+    if method == "bf16":
+        ddp.register_comm_hook(gloo, _bf16_hook)
+        return None
+    if method == "fp16":
+        ddp.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
+        return None
+    if method == "powersgd":
+        state = PowerSGDPerBucket(psgd_groups or [gloo])
+        ddp.register_comm_hook(state, _powersgd_dispatch)
+        return state
+    state = pg_sparse.SparseState(density=density)
+    ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])
+    return state
+
+
+class PowerSGDPerBucket:
+    """torch's PowerSGD hook (rank 4, from iteration 2) with one PowerSGD
+    state and gloo group per DDP bucket.
+
+    With one group, the hook's second allreduce (the Qs, issued from the
+    first ones' completion callbacks) races the next buckets' first one
+    (issued by the autograd thread): ranks issue them in different orders and
+    gloo fails ("Received data size doesn't match expected size"). Separate
+    groups keep each bucket's collectives in order and DDP's overlap on."""
+
+    def __init__(self, groups: list[Any], rank: int = 4, start_iter: int = 2) -> None:
+        self.groups = groups
+        self.rank = rank
+        self.start_iter = start_iter
+        self.iter = 0
+        self.states: dict[int, Any] = {}
+        self.process_group = groups[0]
+
+    def hook(self, bucket: Any) -> Any:
+        """PowerSGD of one bucket on its group's state."""
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+        i = bucket.index()
+        st = self.states.get(i)
+        if st is None:
+            st = self.states[i] = psgd.PowerSGDState(
+                process_group=self.groups[i % len(self.groups)],
+                matrix_approximation_rank=self.rank, start_powerSGD_iter=self.start_iter)
+        st.iter = self.iter  # one step counter for all buckets
+        fut = psgd.powerSGD_hook(st, bucket)
+        if bucket.is_last():
+            self.iter += 1
+        return fut
+
+
+def _powersgd_dispatch(state, bucket):  # type: ignore[no-untyped-def]
+    """DDP hook for :class:`PowerSGDPerBucket` (no annotations: see _bf16_hook)."""
+    return state.hook(bucket)
+
+
+def _bf16_hook(process_group, bucket):  # type: ignore[no-untyped-def]
+    """torch's ``bf16_compress_hook``, registered under another name: torch
+    2.13's DDP refuses a hook of that name unless CUDA 11+ and NCCL 2.10+ (or
+    XPU) are there, yet gloo reduces bf16 on CPU. No annotations: DDP checks
+    a hook's annotations against real types, and this module's are strings."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+def _powersgd_elements(model: Any, rank: int = 4) -> int:
+    """Elements PowerSGD allreduces per step: P and Q of each compressed
+    matrix, the rest uncompressed (its ``_should_compress`` rule, min
+    compression rate 2)."""
+    total = 0
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        if p.dim() <= 1:
+            total += p.numel()
+            continue
+        n, m = p.shape[0], p.numel() // p.shape[0]
+        r = min(n, m, rank)
+        total += (n + m) * r if n * m > (n + m) * r * 2 else p.numel()
+    return total
+
+
+def _row(method: str, model: str, per_step: Any, world: int, numel: int,
+         psgd_elements: int = 0) -> dict[str, Any]:
+    """One method's row from its per-step (max over ranks) times."""
+    med = per_step.quantile(0.5, dim=0)  # the median (mean of the middle two)
+    step = per_step[:, 0]
+    ring = 2.0 * (world - 1) / world
+    row: dict[str, Any] = {
+        "model": model, "method": method,
+        "group": "-" if method == "nocomm" else ("gloo" if method in TORCH_METHODS else "sparse"),
+        "steps": int(per_step.shape[0]), "world_size": world, "numel": numel,
+        "step_s_median": float(med[0]), "step_s_min": float(step.min()),
+        "step_s_max": float(step.max()), "step_s_samples": [float(x) for x in step],
+        **{k: float(med[i]) for i, k in enumerate(_TIMES) if i > 0},
+        "hook_time_s": None, "density": 1.0 if method != "nocomm" else 0.0,
+    }
+    if method == "nocomm":
+        row["bytes_per_rank"], row["bytes_source"] = 0.0, "no communication"
+    elif method == "gloo" or method in SPARSE_METHODS:
+        row["bytes_per_rank"] = ring * 4 * numel
+        row["bytes_source"] = "ring model 2(P-1)/P x 4 B x n"
+    elif method in ("bf16", "fp16"):
+        row["bytes_per_rank"] = ring * 2 * numel
+        row["bytes_source"] = "ring model 2(P-1)/P x 2 B x n"
+    elif method == "powersgd":
+        row["bytes_per_rank"] = ring * 4 * psgd_elements
+        row["density"] = psgd_elements / numel  # values sent per gradient entry
+        row["bytes_source"] = "estimate: ring model over PowerSGD's P, Q and uncompressed"
+    row["bytes_model_dense"] = ring * 4 * numel
+    return row
+
+
+def _ratios(rows: list[dict[str, Any]]) -> None:
+    """Ratios to gloo, bf16 and the nocomm floor, in place."""
+    by = {r["method"]: r for r in rows if "error" not in r}
+    for r in rows:
+        if "error" in r:
+            continue
+        for ref in ("gloo", "bf16", "nocomm"):
+            other = by.get(ref)
+            r[f"ratio_to_{ref}"] = (r["step_s_median"] / other["step_s_median"]
+                                    if other else None)
+        floor = by.get("nocomm")
+        r["over_nocomm_s"] = r["step_s_median"] - floor["step_s_median"] if floor else None
+
