@@ -12,16 +12,17 @@ import torch.distributed as dist
 
 from . import _C, hooks
 from ._backend import Options, choose_transport, create_backend
-from ._launch import map_mpi_environment, mpi_launcher
+from ._launch import map_mpi_environment, mpi_launcher, tune_open_mpi
 from .state import ALGORITHMS, SparseState
 
 __all__ = ["ALGORITHMS", "Options", "SparseState", "hooks", "choose_transport",
-           "map_mpi_environment", "mpi_launcher"]
+           "map_mpi_environment", "mpi_launcher", "tune_open_mpi"]
 __version__ = "0.1.0"
 
 # Under mpirun, torch's env:// rendezvous needs RANK/WORLD_SIZE/...: derive
 # them from the launcher before the user calls init_process_group.
 map_mpi_environment()
+tune_open_mpi()
 
 if "sparse" not in dist.Backend.backend_list:
     dist.Backend.register_backend("sparse", create_backend, extended_api=True,

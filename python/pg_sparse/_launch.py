@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import MutableMapping
+from pathlib import Path
 
 # (rank, size, local rank, local size) variables of each MPI-style launcher,
 # in order of preference.
@@ -62,3 +63,26 @@ def _port_for_job(env: MutableMapping[str, str]) -> int:
     job = env.get("OMPI_MCA_orte_hnp_uri") or env.get("PMIX_NAMESPACE") or \
         env.get("SLURM_JOB_ID") or socket.gethostname()
     return 20000 + sum(job.encode()) * 7919 % 20000
+
+
+# Open MPI 4.1's fixed decision picks a non-ring allreduce for large buffers
+# (measured: 1.37x gloo's time for 100 MB over four 1 Gbit/s links, where its
+# own ring takes 1.06x). The rules file keeps the fixed decision below 1 MiB
+# (latency-bound sizes) and takes the bandwidth-optimal ring above it.
+OMPI_RULES = Path(__file__).with_name("data") / "ompi_coll_rules.conf"
+_OMPI_TUNING = ("OMPI_MCA_coll_tuned_use_dynamic_rules",
+                "OMPI_MCA_coll_tuned_dynamic_rules_filename",
+                "OMPI_MCA_coll_tuned_allreduce_algorithm")
+
+
+def tune_open_mpi(env: MutableMapping[str, str] | None = None) -> bool:
+    """Point Open MPI's tuned collectives at the package's rules file, unless
+    the user chose any tuned-collective setting (``--mca`` arrives as the
+    same variables). Takes effect only if MPI is not yet initialised. Returns
+    whether the rules were set."""
+    env = os.environ if env is None else env
+    if mpi_launcher(env) is None or any(k in env for k in _OMPI_TUNING):
+        return False
+    env[_OMPI_TUNING[0]] = "1"
+    env[_OMPI_TUNING[1]] = str(OMPI_RULES)
+    return True

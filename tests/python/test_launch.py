@@ -172,3 +172,26 @@ def test_backend_registered():
     assert dist.Backend.backend_capability["sparse"] == ["cpu", "cuda"]
     assert dist.Backend._plugins["SPARSE"].extended_api is True
     assert pg_sparse.__file__.endswith("pg_sparse/__init__.py")
+
+
+def test_open_mpi_rules_set_under_mpirun():
+    env = ompi()
+    assert _launch.tune_open_mpi(env) is True
+    assert env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+    rules = env["OMPI_MCA_coll_tuned_dynamic_rules_filename"]
+    # The file Open MPI reads: allreduce (id 2), every comm size from 2, the
+    # fixed decision below 1 MiB and the ring (algorithm 4) from 1 MiB on.
+    numbers = [int(w) for w in open(rules).read().split()]
+    assert numbers == [1, 2, 1, 2, 2, 0, 0, 0, 0, 1 << 20, 4, 0, 0]
+
+
+def test_open_mpi_rules_leave_user_choice_and_torchrun_alone():
+    for user in ({"OMPI_MCA_coll_tuned_allreduce_algorithm": "3"},
+                 {"OMPI_MCA_coll_tuned_use_dynamic_rules": "0"}):
+        env = ompi(**user)
+        before = dict(env)
+        assert _launch.tune_open_mpi(env) is False
+        assert env == before
+    env = {"TORCHELASTIC_RUN_ID": "x", "PATH": "/bin"}
+    assert _launch.tune_open_mpi(env) is False and "OMPI_MCA_coll_tuned_use_dynamic_rules" \
+        not in env
