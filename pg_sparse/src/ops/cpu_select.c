@@ -297,8 +297,7 @@ enum { COMPACT_BLOCK = 16 };
 /* Whether any entry of x[0..len) may be selected at thr: |x| >= thr, x != 0. */
 static inline bool block_has_candidate(const float *x, size_t len, float thr) {
   int any = 0;
-  for (size_t i = 0; i < len; ++i)
-    any |= (fabsf(x[i]) >= thr) & (x[i] != 0.0f);
+  for (size_t i = 0; i < len; ++i) any |= (fabsf(x[i]) >= thr) & (x[i] != 0.0f);
   return any != 0;
 }
 
