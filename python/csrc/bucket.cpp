@@ -167,6 +167,9 @@ std::map<std::string, double> SparseBucket::stats() const {
           {"bytes_sent", 4 * sent + s.ctrl_bytes_sent},
           {"bytes_recv", 4 * recv + s.ctrl_bytes_recv},
           {"time_s", time},
+          {"time_select_s", s.time_s[PGS_PHASE_SELECT]},
+          {"time_reduce_s", s.time_s[PGS_PHASE_REDUCE]},
+          {"time_gather_s", s.time_s[PGS_PHASE_GATHER]},
           {"words_lower_bound", s.words_lower_bound},
           {"words_upper_bound", s.words_upper_bound}};
 }

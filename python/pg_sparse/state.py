@@ -181,7 +181,8 @@ class SparseState:
         per = self.stats().values()
         total = {k: sum(s[k] for s in per) for k in
                  ("n", "k", "global_selected", "words_sent", "words_recv",
-                  "bytes_sent", "bytes_recv", "time_s", "words_upper_bound",
+                  "bytes_sent", "bytes_recv", "time_s", "time_select_s",
+                  "time_reduce_s", "time_gather_s", "words_upper_bound",
                   "words_lower_bound")}
         total["density"] = total["global_selected"] / total["n"] if total["n"] else 0.0
         return total

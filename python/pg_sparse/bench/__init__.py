@@ -8,6 +8,7 @@ Suites: ``kernels`` (selection and k-th |x| against ``torch.topk`` and a
 streaming-pass floor), ``collectives`` (one call of every algorithm and
 dense), ``ddp`` (DDP step time of real architectures with every hook and
 torch's baselines), ``net`` (network namespaces shaped with tc), ``sweep``
-(the ddp suite across link rates), ``model`` (an alpha-beta model fitted to
-the measurements) and ``report`` (docs/bench from the JSON files).
+(the ddp suite across link rates, crossovers with dense) and ``model`` (an
+alpha-beta model fitted to the sweep, projected to many ranks and fast
+links). docs/bench/README.md is the report made from them.
 """

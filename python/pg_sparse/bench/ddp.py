@@ -237,7 +237,8 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         times.append([t3 - t0, t1 - t0, t2 - t1, last - t1, t2 - last, t3 - t2])
         if isinstance(state, pg_sparse.SparseState):
             s = state.summary()
-            stats.append([s["bytes_sent"], s["time_s"], s["global_selected"], s["n"]])
+            stats.append([s["bytes_sent"], s["time_s"], s["global_selected"], s["n"],
+                          s["time_select_s"], s["time_reduce_s"], s["time_gather_s"]])
     for h in handles:
         h.remove()
     per_step = _sync_max(times, gloo)  # each step's figures: the slowest rank's
@@ -249,6 +250,9 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         row["bytes_source"] = "pg_sparse stats (bytes_sent, max over ranks, mean over steps)"
         row["hook_time_s"] = float(st[:, 1].median())
         row["density"] = float((st[:, 2] / st[:, 3]).mean())
+        # The core's own phases, summed over buckets (slowest rank, median).
+        for j, phase in enumerate(("select", "reduce", "gather")):
+            row[f"hook_{phase}_s"] = float(st[:, 4 + j].median())
     params = None
     if numel <= _PARAM_CHECK_MAX:
         params = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])

@@ -9,6 +9,11 @@ from typing import Any
 from .common import fmt, markdown_table, out_dir, pyplot, save_figure, write_json, write_markdown
 from .ddp import PHASES
 
+# pg_sparse's own time in its hooks (C core, summed over buckets) and its
+# phases: select (accumulate, threshold, compaction), reduce (split and reduce,
+# or the dense allreduce), gather (global selection, allgather).
+HOOK_PHASES = ("hook_time_s", "hook_select_s", "hook_reduce_s", "hook_gather_s")
+
 
 def _cell_ms(r: dict[str, Any], key: str) -> str:
     v = r.get(key)
@@ -41,13 +46,14 @@ def write_outputs(out_path: str | os.PathLike[str], result: dict[str, Any]) -> d
             "bytes": fmt(int(r["bytes_per_rank"])) + ("*" if "estimate" in r["bytes_source"]
                                                        else ""),
             "density": f"{r['density']:.4g}",
-            **{k: _cell_ms(r, k) for k in (*PHASES, "hook_time_s")},
+            **{k: _cell_ms(r, k) for k in (*PHASES, *HOOK_PHASES)},
         })
     cols = ["method", "step", "gloo", "bf16", "floor", "bytes", "density", *PHASES,
-            "hook_time_s"]
+            *HOOK_PHASES]
     heads = ["method", "step ms median [min\u2013max]", "ratio to gloo", "ratio to bf16",
              "vs nocomm floor", "bytes per rank", "density", "forward ms",
-             "backward compute ms", "backward wait ms", "optimizer ms", "hook time ms"]
+             "backward compute ms", "backward wait ms", "optimizer ms", "hook time ms",
+             "hook select ms", "hook reduce ms", "hook gather ms"]
     notes = [
         f"Model: {config['shape']}; {config['numel']:,} parameters; P = "
         f"{config['world_size']}; {config['warmup']} warm-up + {config['steps']} timed steps "
