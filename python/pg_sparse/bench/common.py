@@ -219,6 +219,16 @@ def pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
+def log_axes(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
+    """Log-log axes with labels, title and a small legend."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+
+
 def save_figure(fig: Any, path: Path, ctx: Context) -> Path:
     """Save a figure with the context as a footnote, then close it."""
     # Below the axes (the tight bounding box grows to hold it), clear of

@@ -142,12 +142,8 @@ def _plot_fit(fits: dict[str, Fit], alpha_s: float, path: Path,
                         lw=1)
         ax.plot([r / 1e9 for r in rates], [t for _, t in f.points], "o",
                 color=line.get_color(), label=f.method)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("link rate (Gbit/s, measured)")
-    ax.set_ylabel("step time (s)")
-    ax.set_title("alpha-beta fit (lines) vs measured (points)")
-    ax.legend(fontsize=7, ncol=2)
+    common.log_axes(ax, "link rate (Gbit/s, measured)", "step time (s)",
+                    "alpha-beta fit (lines) vs measured (points)")
     return common.save_figure(fig, path, ctx)
 
 

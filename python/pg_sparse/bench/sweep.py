@@ -117,22 +117,16 @@ def _plot(rows: Sequence[dict[str, Any]], fits: dict[str, model.Fit],
         line, = ax.plot([r / 1e9 for r, _ in pts], [t for _, t in pts], "o-",
                         label=m, lw=2.2 if m in BASELINES else 1.2)
         colors[m] = line.get_color()
+    marker = {"gloo": ("x", 10), "bf16": ("+", 12)}
     for c in cross:
         rate = c["crossover_bps"]
-        if rate and c["baseline"] == "gloo" and rate > 0:
+        if rate and rate > 0:
             f = fits[c["method"]]
-            ax.plot([rate / 1e9], [f.step(f.p0, rate, 0.0)], "x", ms=10,
+            shape, size = marker[c["baseline"]]
+            ax.plot([rate / 1e9], [f.step(f.p0, rate, 0.0)], shape, ms=size,
                     color=colors[c["method"]])
-        if rate and c["baseline"] == "bf16" and rate > 0:
-            f = fits[c["method"]]
-            ax.plot([rate / 1e9], [f.step(f.p0, rate, 0.0)], "+", ms=12,
-                    color=colors[c["method"]])
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("link rate, measured (Gbit/s)")
-    ax.set_ylabel("DDP step time, median (s)")
-    ax.set_title("step time vs bandwidth (x: crossover with dense fp32, +: with bf16)")
-    ax.legend(fontsize=7, ncol=2)
+    common.log_axes(ax, "link rate, measured (Gbit/s)", "DDP step time, median (s)",
+                    "step time vs bandwidth (x: crossover with dense fp32, +: with bf16)")
     return common.save_figure(fig, path, ctx)
 
 
