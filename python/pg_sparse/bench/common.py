@@ -57,14 +57,27 @@ def card_name(device: str = "cpu") -> str:
     return "none (CPU)"
 
 
+def ranks_on_machine(world_size: int) -> int:
+    """Ranks sharing this machine's cores: PG_SPARSE_BENCH_MACHINE_RANKS (the
+    network harness sets it: its namespaces share one machine, each with a
+    LOCAL_WORLD_SIZE of its own), else LOCAL_WORLD_SIZE, else the world."""
+    env = os.environ
+    return int(env.get("PG_SPARSE_BENCH_MACHINE_RANKS") or env.get("LOCAL_WORLD_SIZE")
+               or world_size)
+
+
 def context(world_size: int = 1, transport: str = "-", link: str | None = None,
             device: str = "cpu", note: str = "") -> Context:
     """The context of this process. ``link`` defaults to PG_SPARSE_BENCH_LINK,
-    which the network harness sets for the ranks it launches."""
+    which the network harness sets for the ranks it launches. When ranks
+    outnumber the cores, the note says so first."""
     import torch
 
     if link is None:
         link = os.environ.get("PG_SPARSE_BENCH_LINK", "unshaped (loopback)")
+    ranks, cpus = ranks_on_machine(world_size), os.cpu_count() or 1
+    if ranks > cpus:
+        note = f"{ranks} ranks on {cpus} cores" + (f"; {note}" if note else "")
     return Context(machine=f"{platform.node()}: {cpu_name()}", cpus=os.cpu_count() or 1,
                    card=card_name(device), torch=torch.__version__,
                    world_size=world_size, transport=transport, link=link, note=note)

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from .common import context
+from .common import context, ranks_on_machine
 
 TORCH_METHODS = ("gloo", "bf16", "fp16", "powersgd")
 SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
@@ -133,14 +133,11 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
         dist.init_process_group("sparse")
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    cpus = os.cpu_count() or 1
-    threads = args.threads or max(1, cpus // local)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // ranks_on_machine(world))
     torch.set_num_threads(threads)
     transport, why = pg_sparse.choose_transport()
-    note = f"{local} ranks on {cpus} cores" if local > cpus else ""
     ctx = context(world_size=world, transport=f"sparse over {transport} ({why}); "
-                  "baselines on gloo", note=note)
+                  "baselines on gloo")
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     base = spec.build()

@@ -171,6 +171,7 @@ def torchrun(net: Network, args: Sequence[str] = (), script: str | None = None,
             f"--master_addr={net.addr(0)}", f"--master_port={port}",
             "--max_restarts=0", "--monitor_interval=0.2",
             *_program(args, script, module)]))
+    env = {"PG_SPARSE_BENCH_MACHINE_RANKS": str(net.hosts * nproc_per_host), **(env or {})}
     return _run(net, "torchrun", per_host, rank_env(net, env), logd, timeout,
                 fail_grace, stream)
 
@@ -208,7 +209,8 @@ def mpirun(net: Network, args: Sequence[str] = (), script: str | None = None,
     cases = "\n".join(f"  {net.addr(i)}) ns={net.ns(i)} ;;" for i in range(net.hosts))
     agent.write_text(_AGENT.format(cases=cases))
     agent.chmod(0o755)
-    renv = rank_env(net, {"MASTER_ADDR": net.addr(0), "MASTER_PORT": str(port), **(env or {})})
+    env = {"PG_SPARSE_BENCH_MACHINE_RANKS": str(net.hosts * nproc_per_host), **(env or {})}
+    renv = rank_env(net, {"MASTER_ADDR": net.addr(0), "MASTER_PORT": str(port), **env})
     xs = ["GLOO_SOCKET_IFNAME", "PG_SPARSE_BENCH_LINK", "OMP_NUM_THREADS", "PYTHONUNBUFFERED",
           "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", *(env or {})]
     params: list[tuple[str, str]] = [
