@@ -10,7 +10,9 @@ python=${PYTHON:-python3}
 sudo_if_needed() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 
 install_system_packages() {
-  local pkgs=(cmake make g++ libopenmpi-dev openmpi-bin libgtest-dev)
+  # fortunes: the English text corpus of the convergence examples'
+  # language models (/usr/share/games/fortunes).
+  local pkgs=(cmake make g++ libopenmpi-dev openmpi-bin libgtest-dev fortunes)
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -28,9 +30,10 @@ install_python_packages() {
   fi
   # transformers (the DDP benchmark's ResNet-50, BERT and GPT-2, built from
   # their configurations) does not depend on torch, so pip keeps the torch
-  # above; matplotlib draws the benchmarks' plots.
+  # above; matplotlib draws the benchmarks' plots; mnist1d generates the
+  # MNIST-1D data set locally (make_dataset, no download).
   local want=()
-  for mod in pytest tqdm sklearn transformers matplotlib; do
+  for mod in pytest tqdm sklearn transformers matplotlib mnist1d; do
     "$python" -c "import $mod" >/dev/null 2>&1 || want+=("$mod")
   done
   want=("${want[@]/sklearn/scikit-learn}")

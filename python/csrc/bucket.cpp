@@ -189,6 +189,13 @@ at::Tensor SparseBucket::residual() const {
   return r;
 }
 
+void SparseBucket::set_density(double density) {
+  TORCH_CHECK_VALUE(density > 0.0 && density <= 1.0,
+                    "pg_sparse: density must be in (0, 1], got ", density);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  check(pgs_bucket_set_density(state_->bucket, density), "setting the density");
+}
+
 void SparseBucket::set_residual(const at::Tensor& r) {
   TORCH_CHECK_VALUE(r.numel() == numel_, "pg_sparse: residual has ", r.numel(),
                     " elements, bucket has ", numel_);

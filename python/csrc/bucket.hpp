@@ -39,6 +39,7 @@ class SparseBucket {
   std::map<std::string, std::vector<int64_t>> phase_words() const;
 
   at::Tensor residual() const;
+  void set_density(double density);
   void set_residual(const at::Tensor& r);
   // step, thresholds and (oktopk) region bounds; bounds empty when unset.
   std::map<std::string, double> get_state(std::vector<int64_t>* bounds) const;

@@ -111,6 +111,8 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("set_residual", &SparseBucket::set_residual,
            py::call_guard<py::gil_scoped_release>())
+      .def("set_density", &SparseBucket::set_density, py::arg("density"),
+           py::call_guard<py::gil_scoped_release>())
       .def("get_state",
            [](const SparseBucket& b) {
              std::vector<int64_t> bounds;

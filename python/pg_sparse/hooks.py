@@ -28,14 +28,24 @@ def _run(state: SparseState, bucket: dist.GradBucket,
         raise TypeError(f"pg_sparse: sparse allreduce needs a floating-point "
                         f"bucket, got {buf.dtype}")
     params = bucket.parameters() if hasattr(bucket, "parameters") else None
-    native, segments = state._bucket_for(bucket.index(), buf, params)
-    if segments is None:
+    index = bucket.index()
+    native, segments = state._bucket_for(index, buf, params)
+    state._schedule_density(index, native)
+    if segments is None and not state.momentum:
         return native.allreduce(buf).get_future().then(_first)
     # The state refers to another packing of these parameters (DDP's
     # first iteration after a restore): run it in that order.
-    packed = _permute(buf, segments)
-    return native.allreduce(packed).get_future().then(
-        lambda fut: _permute(fut.value()[0], segments, inverse=True))
+    x = buf if segments is None else _permute(buf, segments)
+    if state.momentum:
+        x = state._corrected(index, x)
+
+    def done(fut: torch.futures.Future) -> torch.Tensor:
+        out = fut.value()[0]
+        if state.momentum:
+            state._mask_velocity(index, native)
+        return out if segments is None else _permute(out, segments, inverse=True)
+
+    return native.allreduce(x).get_future().then(done)
 
 
 def sparse_hook(state: SparseState,

@@ -14,7 +14,8 @@ from . import _C
 ALGORITHMS: tuple[str, ...] = ("dense", "topka", "topkdsa", "gtopk",
                                "gaussiank", "oktopk")
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
-                "check_finite")
+                "check_finite", "momentum", "nesterov", "density_warmup_steps",
+                "density_warmup_start")
 
 
 class SparseState:
@@ -33,6 +34,23 @@ class SparseState:
         tau_prime: exact thresholds every ``tau_prime`` sparse steps.
         check_finite: NaN/Inf in any rank's bucket raises on every rank.
         process_group: the group to reduce over (default: the world).
+        momentum: DGC's momentum correction (Lin et al., ICLR'18): each rank
+            keeps a velocity ``u = momentum * u + g`` of its own gradient and
+            the hook sparsifies ``u`` (with error feedback) instead of ``g``;
+            after a sparse step ``u`` is zeroed where the residual was
+            (factor masking), so momentum does not push entries that were
+            already sent. Use it with plain SGD (no momentum in the
+            optimizer): the averaged output is then the momentum update.
+            0 (the default) turns it off. Dense (warm-up) calls average ``u``,
+            which is exactly momentum SGD on the averaged gradient.
+        nesterov: with ``momentum``, send ``g + momentum * u`` (Nesterov).
+        density_warmup_steps: DGC's sparsity warm-up: over the first this many
+            sparse calls of a bucket the density falls exponentially from
+            ``density_warmup_start`` to ``density`` (0: off, the default), so
+            early training, where error feedback delays small entries the
+            most, sends more.
+        density_warmup_start: the density of the first sparse call of that
+            schedule (default 0.25, DGC's first epoch).
 
     Buckets are keyed by DDP's bucket index; when DDP rebuilds its buckets
     and a bucket's size changes, that bucket starts afresh (with warm-up).
@@ -50,19 +68,42 @@ class SparseState:
     def __init__(self, algo: str | None = None, density: float = 0.01,
                  warmup_steps: int = 1, tau: int = 64, tau_prime: int = 32,
                  check_finite: bool = True,
-                 process_group: dist.ProcessGroup | None = None) -> None:
+                 process_group: dist.ProcessGroup | None = None,
+                 momentum: float = 0.0, nesterov: bool = False,
+                 density_warmup_steps: int = 0, density_warmup_start: float = 0.25) -> None:
         if algo is not None and algo not in ALGORITHMS:
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {ALGORITHMS}")
         if not isinstance(density, (int, float)) or not 0.0 < density <= 1.0:
             raise ValueError(f"pg_sparse: density must be in (0, 1], got {density!r}")
         for name, value, low in (("warmup_steps", warmup_steps, 0),
-                                 ("tau", tau, 1), ("tau_prime", tau_prime, 1)):
+                                 ("tau", tau, 1), ("tau_prime", tau_prime, 1),
+                                 ("density_warmup_steps", density_warmup_steps, 0)):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"pg_sparse: {name} must be an integer >= {low}, "
                                  f"got {value!r}")
+        if not isinstance(momentum, (int, float)) or not 0.0 <= momentum < 1.0:
+            raise ValueError(f"pg_sparse: momentum must be in [0, 1), got {momentum!r}")
+        if nesterov and not momentum:
+            raise ValueError("pg_sparse: nesterov needs a momentum > 0")
+        if not isinstance(density_warmup_start, (int, float)) or \
+                not 0.0 < density_warmup_start <= 1.0:
+            raise ValueError(f"pg_sparse: density_warmup_start must be in (0, 1], "
+                             f"got {density_warmup_start!r}")
         self.algo = algo
         self.density = float(density)
+        self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
+        self.density_warmup_steps = density_warmup_steps
+        self.density_warmup_start = float(density_warmup_start)
+        self._applied_density: dict[int, float] = {}  # bucket index -> density set
+        # Momentum correction: per bucket index the fp32 velocity in the
+        # native bucket's order and the layout it was built for; per
+        # parameter id a view of it, so a rebuilt bucket (another packing of
+        # the parameters) carries every parameter's velocity over.
+        self._velocity: dict[int, torch.Tensor] = {}
+        self._vel_layouts: dict[int, tuple[tuple[int, int], ...] | None] = {}
+        self._param_velocity: dict[int, torch.Tensor] = {}
         self.warmup_steps = warmup_steps
         self.tau = tau
         self.tau_prime = tau_prime
@@ -130,17 +171,20 @@ class SparseState:
                 if _untouched(b):
                     # DDP rebuilt its buckets while this one held no sparse
                     # state yet: adopt the new layout instead of permuting.
-                    b.set_residual(_permute(b.residual(), _segments(layout, mine), True))
+                    segs = _segments(layout, mine)
+                    b.set_residual(_permute(b.residual(), segs, True))
                     self._layouts[index] = mine = layout
                 else:
                     self._pinned.add(index)  # permute from now on
         else:
             b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
                                 self._config())
+            self._applied_density.pop(index, None)
             saved = self._take_saved(index, tensor.numel(), layout)
             mine = layout
             if saved is not None:
                 _restore(b, saved)
+                self._restore_velocity(index, saved, tensor.device)
                 if saved.get("layout") is not None and layout is not None:
                     mine = tuple((int(i), int(n)) for i, n in saved["layout"])
             self._buckets[index] = b
@@ -167,6 +211,85 @@ class SparseState:
         if saved is not None and saved["numel"] == numel:
             return self._saved.pop(index)
         return None
+
+    # -- density warm-up ----------------------------------------------
+    def density_at(self, sparse_call: int) -> float:
+        """The density of a bucket's ``sparse_call``-th sparse call (0 based)
+        under the density warm-up schedule."""
+        n = self.density_warmup_steps
+        start = max(self.density_warmup_start, self.density)
+        if sparse_call >= n or start == self.density:
+            return self.density
+        return start * (self.density / start) ** (max(0, sparse_call) / n)
+
+    def _schedule_density(self, index: int, bucket: Any) -> None:
+        """Set bucket ``index``'s density for its next call."""
+        if not self.density_warmup_steps and index not in self._applied_density:
+            return
+        calls = int(bucket.get_state()[0]["step"])
+        d = self.density_at(calls - self.warmup_steps)
+        if self._applied_density.get(index) != d:
+            bucket.set_density(d)
+            self._applied_density[index] = d
+
+    # -- momentum correction ------------------------------------------
+    def _corrected(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """The tensor to reduce for gradient ``x`` (in the native bucket's
+        order): ``u = m u + x`` and ``u`` (or ``x + m u``, Nesterov), in
+        ``x``'s dtype. A new tensor: the reduction overwrites its input."""
+        g = x.float()
+        u = self._velocity_of(index, g)
+        u.mul_(self.momentum).add_(g)
+        send = g.add_(u, alpha=self.momentum) if self.nesterov else u.clone()
+        return send.to(x.dtype)
+
+    def _velocity_of(self, index: int, like: torch.Tensor) -> torch.Tensor:
+        """Bucket ``index``'s velocity, (re)built from the parameters' views
+        when the bucket is new or packs its parameters differently."""
+        layout = self._layouts.get(index)
+        u = self._velocity.get(index)
+        if u is not None and u.numel() == like.numel() and u.device == like.device \
+                and self._vel_layouts.get(index) == layout:
+            return u
+        if layout is None:
+            u = torch.zeros_like(like)
+        else:
+            parts = []
+            for pid, n in layout:
+                v = self._param_velocity.get(pid)
+                ok = v is not None and v.numel() == n and v.device == like.device
+                parts.append(v if ok else torch.zeros(n, device=like.device))
+            u = torch.cat(parts) if parts else torch.zeros_like(like)
+        self._bind_velocity(index, u, layout)
+        return u
+
+    def _bind_velocity(self, index: int, u: torch.Tensor,
+                       layout: tuple[tuple[int, int], ...] | None) -> None:
+        self._velocity[index], self._vel_layouts[index] = u, layout
+        at = 0
+        for pid, n in layout or ():
+            self._param_velocity[pid] = u[at:at + n]
+            at += n
+
+    def _restore_velocity(self, index: int, saved: dict[str, Any],
+                          device: torch.device | None) -> None:
+        u = saved.get("velocity")
+        if u is None:
+            self._velocity.pop(index, None)
+            return
+        old = self._velocity.get(index)
+        to = device or (old.device if old is not None else u.device)
+        layout = saved.get("layout")
+        layout = None if layout is None else tuple((int(a), int(b)) for a, b in layout)
+        self._bind_velocity(index, u.detach().float().clone().to(to), layout)
+
+    def _mask_velocity(self, index: int, bucket: Any) -> None:
+        """Factor masking after a sparse call: zero ``u`` where the call
+        zeroed the residual (what was sent), as DGC does."""
+        u = self._velocity.get(index)
+        if u is None or bucket.stats()["dense"]:
+            return
+        u.masked_fill_(bucket.residual().to(u.device) == 0, 0.0)
 
     # -- statistics -----------------------------------------------------
     def stats(self) -> dict[int, dict[str, float]]:
@@ -196,6 +319,8 @@ class SparseState:
             layout = self._layouts.get(i)
             buckets[i] = {"numel": b.numel, "residual": b.residual(),
                           "bounds": list(bounds), **scalars,
+                          "velocity": None if i not in self._velocity
+                          else self._velocity[i].cpu().clone(),
                           "layout": None if layout is None else [list(x) for x in layout]}
         return {"config": {k: getattr(self, k) for k in _CONFIG_KEYS},
                 "buckets": buckets}
@@ -211,6 +336,7 @@ class SparseState:
             saved = self._take_saved(i, b.numel, self._layouts.get(i))
             if saved is not None:
                 _restore(b, saved)
+                self._restore_velocity(i, saved, None)
                 if saved.get("layout") is not None and self._layouts.get(i) is not None:
                     self._layouts[i] = tuple((int(a), int(n)) for a, n in saved["layout"])
             else:

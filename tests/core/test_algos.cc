@@ -162,6 +162,25 @@ TEST_P(AlgoTest, ConservationOverManySteps) {
   }
 }
 
+// A density schedule (pgs_bucket_set_density between calls): every call
+// selects the k of its density and nothing is lost across the changes.
+TEST_P(AlgoTest, DensityScheduleKeepsConservation) {
+  const size_t n = 4099;
+  Runner run(transport(), make_config(algo(), 0.01, 1, 8, 4), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  const double schedule[] = {0.25, 0.1, 0.04, 0.01, 0.01, 0.2, 0.01};
+  for (int64_t step = 0; step < 7; ++step) {
+    ASSERT_EQ(pgs_bucket_set_density(run.bucket(), schedule[step]), PGS_OK);
+    ASSERT_TRUE(run.step_all(normal_data(n, 29, world_rank(), step)));
+    EXPECT_EQ(run.stats.k, target_k(schedule[step], n)) << "step " << step;
+    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+  }
+  EXPECT_EQ(pgs_bucket_set_density(run.bucket(), 0.0), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_set_density(run.bucket(), 1.5), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_set_density(run.bucket(), NAN), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_set_density(nullptr, 0.1), PGS_ERR_INVALID);
+}
+
 // In-place output (DDP hands the bucket buffer in and takes it back).
 TEST_P(AlgoTest, InPlaceOutput) {
   const size_t n = 2000;

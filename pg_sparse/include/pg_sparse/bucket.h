@@ -104,6 +104,14 @@ void pgs_bucket_destroy(pgs_bucket_t *bucket);
  *  after any other error (a transport failure) the residual is unspecified. */
 int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
 
+/** Change the density (k = max(1, round(density * n))) from the next call on,
+ *  e.g. a density warm-up schedule. Every rank must set the same value before
+ *  the same call: the next call compares k across ranks (PGS_ERR_MISMATCH).
+ *  Residual, thresholds and regions are kept; a reused threshold that selects
+ *  outside the new [k/2, 2k] band is recomputed. PGS_ERR_INVALID unless
+ *  0 < density <= 1. */
+int pgs_bucket_set_density(pgs_bucket_t *bucket, double density);
+
 /** Statistics of the last call. */
 void pgs_bucket_stats(const pgs_bucket_t *bucket, pgs_stats_t *out);
 size_t pgs_bucket_size(const pgs_bucket_t *bucket);

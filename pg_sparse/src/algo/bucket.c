@@ -120,6 +120,15 @@ void pgs_bucket_destroy(pgs_bucket_t *b) {
   free(b);
 }
 
+int pgs_bucket_set_density(pgs_bucket_t *b, double density) {
+  /* !(x > 0) also rejects NaN. */
+  if (b == NULL || !(density > 0.0) || density > 1.0) return PGS_ERR_INVALID;
+  b->cfg.density = density;
+  b->k = target_k(density, b->n);
+  b->checked = 0; /* the next call compares k across ranks again */
+  return PGS_OK;
+}
+
 size_t pgs_bucket_size(const pgs_bucket_t *b) {
   return b == NULL ? 0 : b->n;
 }

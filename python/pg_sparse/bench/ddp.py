@@ -25,9 +25,9 @@ import sys
 import time
 from typing import Any
 
+from .baselines import TORCH_METHODS, powersgd_elements, powersgd_groups_needed, register_hook
 from .common import context, ranks_on_machine
 
-TORCH_METHODS = ("gloo", "bf16", "fp16", "powersgd")
 SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
 METHODS = ("nocomm", "gloo", "bf16", "powersgd", *SPARSE_METHODS)  # the default list
 ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS)
@@ -143,10 +143,8 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
     base = spec.build()
     build_s = time.perf_counter() - t0
     numel = sum(p.numel() for p in base.parameters() if p.requires_grad)
-    # PowerSGD: a gloo group per bucket (see PowerSGDPerBucket), made up front
-    # as new_group is collective. Every bucket but the last holds at least
-    # bucket_cap_mb (DDP's first holds 1 MB), so this many always suffice.
-    n_groups = int(4 * numel / (args.bucket_cap_mb * 2**20)) + 3
+    # PowerSGD: a gloo group per bucket (see PowerSGDPerBucket).
+    n_groups = powersgd_groups_needed(numel, args.bucket_cap_mb)
     psgd_groups = [dist.new_group(backend="gloo") for _ in range(n_groups)] \
         if "powersgd" in methods else []
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank + 1)
@@ -206,7 +204,7 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         group = gloo if method in TORCH_METHODS else None
         ddp = DDP(model, process_group=group, bucket_cap_mb=args.bucket_cap_mb,
                   gradient_as_bucket_view=args.bucket_view)
-        state = _register_hook(ddp, method, args.density, gloo, psgd_groups)
+        state = register_hook(ddp, method, args.density, gloo, psgd_groups)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     ready = [0.0]
 
@@ -240,7 +238,7 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         h.remove()
     per_step = _sync_max(times, gloo)  # each step's figures: the slowest rank's
     row = _row(method, spec.name, per_step, world, numel,
-               _powersgd_elements(model) if method == "powersgd" else 0)
+               powersgd_elements(model) if method == "powersgd" else 0)
     if stats:
         st = _sync_max(stats, gloo)
         row["bytes_per_rank"] = float(st[:, 0].mean())
@@ -255,97 +253,6 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         params = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
     del ddp, opt, state
     return row, params
-
-
-def _register_hook(ddp: Any, method: str, density: float, gloo: Any,
-                   psgd_groups: list[Any] | None = None) -> Any:
-    """The method's comm hook on ``ddp``; returns its state."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    import pg_sparse
-
-    if method == "gloo":
-        return None
-    if method == "bf16":
-        ddp.register_comm_hook(gloo, _bf16_hook)
-        return None
-    if method == "fp16":
-        ddp.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
-        return None
-    if method == "powersgd":
-        state = PowerSGDPerBucket(psgd_groups or [gloo])
-        ddp.register_comm_hook(state, _powersgd_dispatch)
-        return state
-    state = pg_sparse.SparseState(density=density)
-    ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])
-    return state
-
-
-class PowerSGDPerBucket:
-    """torch's PowerSGD hook (rank 4, from iteration 2) with one PowerSGD
-    state and gloo group per DDP bucket.
-
-    With one group, the hook's second allreduce (the Qs, issued from the
-    first ones' completion callbacks) races the next buckets' first one
-    (issued by the autograd thread): ranks issue them in different orders and
-    gloo fails ("Received data size doesn't match expected size"). Separate
-    groups keep each bucket's collectives in order and DDP's overlap on."""
-
-    def __init__(self, groups: list[Any], rank: int = 4, start_iter: int = 2) -> None:
-        self.groups = groups
-        self.rank = rank
-        self.start_iter = start_iter
-        self.iter = 0
-        self.states: dict[int, Any] = {}
-        self.process_group = groups[0]
-
-    def hook(self, bucket: Any) -> Any:
-        """PowerSGD of one bucket on its group's state."""
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-
-        i = bucket.index()
-        st = self.states.get(i)
-        if st is None:
-            st = self.states[i] = psgd.PowerSGDState(
-                process_group=self.groups[i % len(self.groups)],
-                matrix_approximation_rank=self.rank, start_powerSGD_iter=self.start_iter)
-        st.iter = self.iter  # one step counter for all buckets
-        fut = psgd.powerSGD_hook(st, bucket)
-        if bucket.is_last():
-            self.iter += 1
-        return fut
-
-
-def _powersgd_dispatch(state, bucket):  # type: ignore[no-untyped-def]
-    """DDP hook for :class:`PowerSGDPerBucket` (no annotations: see _bf16_hook)."""
-    return state.hook(bucket)
-
-
-def _bf16_hook(process_group, bucket):  # type: ignore[no-untyped-def]
-    """torch's ``bf16_compress_hook``, registered under another name: torch
-    2.13's DDP refuses a hook of that name unless CUDA 11+ and NCCL 2.10+ (or
-    XPU) are there, yet gloo reduces bf16 on CPU. No annotations: DDP checks
-    a hook's annotations against real types, and this module's are strings."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    return default_hooks.bf16_compress_hook(process_group, bucket)
-
-
-def _powersgd_elements(model: Any, rank: int = 4) -> int:
-    """Elements PowerSGD allreduces per step: P and Q of each compressed
-    matrix, the rest uncompressed (its ``_should_compress`` rule, min
-    compression rate 2)."""
-    total = 0
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        if p.dim() <= 1:
-            total += p.numel()
-            continue
-        n, m = p.shape[0], p.numel() // p.shape[0]
-        r = min(n, m, rank)
-        total += (n + m) * r if n * m > (n + m) * r * 2 else p.numel()
-    return total
 
 
 def _row(method: str, model: str, per_step: Any, world: int, numel: int,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from workers.common import ALGOS, HALF_TOL, Recorder, assert_close, parse_args  # noqa: E402
+from workers.common import ALGOS, HALF_TOL, Recorder, assert_close, expect_error, parse_args  # noqa: E402
 
 HALF = ("float16", "bfloat16")
 EQ_SIZES = (16, 64, 32, 4)      # 3,300 parameters
@@ -220,6 +220,131 @@ def error_feedback(algo: str) -> Callable[[], str]:
                 assert not s["dense"] and 0 < s["global_selected"] < n, s
         return f"worst {worst:.2g}"
     return fn
+
+
+# --- momentum correction (DGC) in the hook -------------------------------
+
+def momentum_dense_matches_sgd(nesterov: bool) -> Callable[[], str]:
+    """Dense (warm-up) calls with momentum correction and plain SGD equal
+    DDP without hook and SGD with momentum (Nesterov): averaging each rank's
+    velocity is momentum on the averaged gradient."""
+    def fn() -> str:
+        torch = C.torch
+        ref = C.DDP(mlp(EQ_SIZES, 0), process_group=C.gloo, bucket_cap_mb=EQ_BUCKET_MB)
+        opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9, nesterov=nesterov)
+        train(ref, opt, range(EQ_STEPS), eq_data)
+        model = C.DDP(mlp(EQ_SIZES, 0), bucket_cap_mb=EQ_BUCKET_MB)
+        state = C.pg_sparse.SparseState(algo="oktopk", density=0.01, warmup_steps=10_000,
+                                        momentum=0.9, nesterov=nesterov)
+        model.register_comm_hook(state, C.pg_sparse.hooks.oktopk_hook)
+        train(model, torch.optim.SGD(model.parameters(), lr=0.05), range(EQ_STEPS), eq_data)
+        assert all(s["dense"] for s in state.stats().values()), state.stats()
+        d = max_diff(params(model), params(ref))
+        assert d <= EQ_TOL, f"max |param - SGD momentum param| = {d:.3g} > {EQ_TOL}"
+        return f"max diff {d:.3g}"
+    return fn
+
+
+class _Bucket:
+    """What the hooks read of a DDP GradBucket."""
+
+    def __init__(self, t) -> None:
+        self.t = t
+
+    def buffer(self):
+        return self.t
+
+    def index(self) -> int:
+        return 0
+
+
+def momentum_masking(algo: str) -> Callable[[], str]:
+    """Sparse calls with momentum correction: each rank sends u = m u + g;
+    nothing is lost (sum_ranks(residual_after) + P*output == sum_ranks(u +
+    residual_before)); afterwards u is zero exactly where the residual is
+    (factor masking) and m u + g elsewhere."""
+    def fn() -> str:
+        torch, dist = C.torch, C.dist
+        P, n, m = C.world_size, 4000, 0.9
+        state = C.pg_sparse.SparseState(algo=algo, density=0.05, warmup_steps=1,
+                                        tau=2, tau_prime=2, momentum=m)
+        worst, masked = 0.0, 0
+        for call in range(6):
+            b = state.native_bucket(0, torch.empty(n))
+            before = b.residual()
+            u0 = state._velocity.get(0, torch.zeros(n)).clone()
+            g = torch.randn(n, generator=torch.Generator().manual_seed(37 * C.rank + call))
+            out = C.pg_sparse.hooks._run(state, _Bucket(g.clone()), algo).wait()
+            u_sent = m * u0 + g
+            res = b.residual()
+            lhs, rhs = res.clone(), u_sent + before
+            dist.all_reduce(lhs, group=C.gloo)
+            dist.all_reduce(rhs, group=C.gloo)
+            err = (lhs + P * out - rhs).abs().max().item()
+            worst = max(worst, err)
+            assert err < 1e-3, f"call {call}: invariant off by {err}"
+            u = state._velocity[0]
+            if call == 0:  # warm-up: dense, no masking
+                assert torch.equal(u, u_sent), "dense call changed the velocity"
+                continue
+            assert not state.stats()[0]["dense"]
+            sent = res == 0
+            masked += int(sent.sum())
+            assert torch.equal(u[sent], torch.zeros_like(u[sent])), "u not masked where sent"
+            assert torch.allclose(u[~sent], u_sent[~sent]), "u changed where not sent"
+        assert masked > 0
+        return f"worst {worst:.2g}, {masked} entries masked"
+    return fn
+
+
+def density_warmup() -> str:
+    """SparseState's density warm-up: each sparse call selects the k of the
+    exponential schedule from density_warmup_start down to density, nothing
+    is lost on the way, and the native setter rejects a bad density."""
+    torch, dist = C.torch, C.dist
+    P, n = C.world_size, 4000
+    state = C.pg_sparse.SparseState(algo="oktopk", density=0.01, warmup_steps=1,
+                                    density_warmup_steps=4, density_warmup_start=0.2)
+    ks = []
+    for call in range(7):
+        b = state.native_bucket(0, torch.empty(n))
+        before = b.residual()
+        g = torch.randn(n, generator=torch.Generator().manual_seed(41 * C.rank + call))
+        out = C.pg_sparse.hooks._run(state, _Bucket(g.clone()), "oktopk").wait()
+        s = state.stats()[0]
+        want = 0.2 * (0.01 / 0.2) ** ((call - 1) / 4) if call < 5 else 0.01
+        if call >= 1:  # call 0 is the dense warm-up
+            assert not s["dense"] and s["k"] == max(1, round(want * n)), (call, s, want * n)
+        res, rhs = b.residual(), g + before
+        dist.all_reduce(res, group=C.gloo)
+        dist.all_reduce(rhs, group=C.gloo)
+        err = (res + P * out - rhs).abs().max().item()
+        assert err < 1e-3, f"call {call}: invariant off by {err}"
+        ks.append(int(s["k"]))
+    for bad in (0.0, 1.5, float("nan")):
+        expect_error(lambda bad=bad: b.set_density(bad), (ValueError,), "density")
+    assert C.pg_sparse.SparseState(density=0.01, density_warmup_steps=4).density_at(0) == 0.25
+    return f"k per call {ks}"
+
+
+def momentum_state_dict() -> str:
+    """The velocity travels with state_dict and comes back on load."""
+    torch = C.torch
+    state = C.pg_sparse.SparseState(algo="topka", density=0.05, momentum=0.5)
+    g = torch.randn(500, generator=torch.Generator().manual_seed(C.rank))
+    for _ in range(3):
+        C.pg_sparse.hooks._run(state, _Bucket(g.clone()), "topka").wait()
+    sd = state.state_dict()
+    assert sd["config"]["momentum"] == 0.5 and sd["buckets"][0]["velocity"] is not None
+    fresh = C.pg_sparse.SparseState()
+    fresh.load_state_dict(sd)
+    C.pg_sparse.hooks._run(fresh, _Bucket(g.clone()), "topka").wait()
+    C.pg_sparse.hooks._run(state, _Bucket(g.clone()), "topka").wait()
+    assert fresh.momentum == 0.5
+    assert torch.equal(fresh._velocity[0], state._velocity[0]), "velocity not restored"
+    assert torch.equal(fresh.native_bucket(0, g).residual(),
+                       state.native_bucket(0, g).residual())
+    return "velocity and residual continue identically"
 
 
 # --- Ok-Topk at density 0.01 trains --------------------------------------
@@ -444,6 +569,11 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
     checks += [(f"half_bucket_{d}_{a}", half_bucket(a, d)) for d in HALF for a in ALGOS]
     checks += [(f"half_ddp_model_{d}", half_ddp_model(d)) for d in HALF]
     checks += [(f"error_feedback_{a}", error_feedback(a)) for a in ALGOS]
+    checks += [("momentum_dense_matches_sgd", momentum_dense_matches_sgd(False)),
+               ("momentum_dense_matches_sgd_nesterov", momentum_dense_matches_sgd(True))]
+    checks += [(f"momentum_masking_{a}", momentum_masking(a)) for a in ALGOS if a != "dense"]
+    checks += [("momentum_state_dict", momentum_state_dict),
+               ("density_warmup", density_warmup)]
     checks += [("oktopk_density001_trains", oktopk_trains),
                ("state_dict_resume_load_state_dict", resume("load_state_dict")),
                ("state_dict_resume_pickle", resume("pickle")),

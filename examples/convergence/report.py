@@ -1,0 +1,181 @@
+"""Tables and plots of the convergence runs that ``train.py`` wrote.
+
+    python report.py --data DIR --out DIR
+
+For every TASK.json in ``--data``: ``TASK.png`` (the test metric against
+steps, against bytes sent per rank and against wall-clock training time, all
+methods on one figure, mean over seeds with the min-max band) and a markdown
+table in ``results.md``: final metric (mean +- std over seeds), gap to dense,
+steps to reach dense's final metric, bytes per step and achieved density.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def load(data: Path) -> dict[str, dict[str, Any]]:
+    """Every task's document, keyed by task (runs of TASK-*.json merged)."""
+    docs: dict[str, dict[str, Any]] = {}
+    for p in sorted(data.glob("*.json")):
+        doc = json.loads(p.read_text())
+        if doc["task"] in docs:
+            docs[doc["task"]]["runs"] += doc["runs"]
+        else:
+            docs[doc["task"]] = doc
+    return docs
+
+
+def by_method(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Runs grouped by method, in first-seen order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in doc["runs"]:
+        out.setdefault(r["method"], []).append(r)
+    return out
+
+
+def better(metric: str, a: float, b: float) -> bool:
+    """``a`` at least as good as ``b``."""
+    return a >= b if metric == "accuracy" else a <= b
+
+
+def steps_to(run: dict[str, Any], target: float, metric: str) -> int | None:
+    """First evaluated step at which ``run`` reaches ``target``."""
+    for s, m in zip(run["curve"]["step"], run["curve"]["metric"]):
+        if better(metric, m, target):
+            return int(s)
+    return None
+
+
+def _fmt_steps(values: list[int | None]) -> str:
+    hit = [v for v in values if v is not None]
+    if not hit:
+        return "not reached"
+    text = f"{statistics.median(hit):.0f}"
+    return text if len(hit) == len(values) else f"{text} ({len(hit)}/{len(values)} seeds)"
+
+
+def table(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
+    """One row per method and dense's mean final metric."""
+    metric = doc["metric"]
+    groups = by_method(doc)
+    dense = [r["final"] for r in groups.get("dense", [])]
+    target = statistics.mean(dense) if dense else math.nan
+    rows = []
+    for method, runs in groups.items():
+        finals = [r["final"] for r in runs]
+        mean = statistics.mean(finals)
+        if metric == "accuracy":
+            gap = f"{mean - target:+.2f} pt"
+        else:
+            gap = f"{100 * (mean / target - 1):+.1f}%"
+        dens = [r["achieved_density"] for r in runs if r.get("achieved_density") is not None]
+        rows.append({
+            "method": method, "seeds": len(runs), "mean": mean,
+            "std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+            "min": min(finals), "max": max(finals), "gap": gap,
+            "steps_to_dense": _fmt_steps([steps_to(r, target, metric) for r in runs]),
+            "bytes_per_step": statistics.mean(r["bytes_per_step"] for r in runs),
+            "density": statistics.mean(dens) if dens else None,
+            "step_ms": 1e3 * statistics.median(r["step_s_median"] for r in runs),
+            "train_s": statistics.mean(r["train_s"] for r in runs),
+        })
+    return rows, target
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    rows, target = table(doc)
+    metric = doc["metric"]
+    unit = "%" if metric == "accuracy" else ""
+    r = doc["recipe"]
+    ctx = doc["context"]
+    head = (f"### {doc['task']}\n\n{doc['params']:,} parameters; {r['optimizer']} "
+            f"lr {r['lr']}, batch {r['batch']} per rank x {ctx['world_size']} ranks, "
+            f"{r['steps']} steps, dense warm-up {doc['warmup']} steps for the compressed "
+            f"methods. Test {metric} (dense's final: {target:.3f}{unit}). "
+            f"Link: {ctx['link']}; {ctx['note']}.\n\n")
+    lines = [f"| method | seeds | final {metric} (mean +- std) | min..max | vs dense | "
+             f"steps to dense's final | bytes/step/rank | achieved density | "
+             f"step ms (median) | train s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in rows:
+        d = "-" if x["density"] is None else f"{x['density']:.4f}"
+        lines.append(
+            f"| {x['method']} | {x['seeds']} | {x['mean']:.3f} +- {x['std']:.3f} | "
+            f"{x['min']:.2f}..{x['max']:.2f} | {x['gap']} | {x['steps_to_dense']} | "
+            f"{x['bytes_per_step']:,.0f} | {d} | {x['step_ms']:.1f} | {x['train_s']:.1f} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    groups = by_method(doc)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
+    xs = (("step", "training step", False), ("bytes", "bytes sent per rank", True),
+          ("seconds", "wall-clock training time (s)", False))
+    styles = {"dense": ("k", "-", 2.4), "bf16": ("0.45", "-", 2.0),
+              "powersgd": ("tab:brown", "-", 2.0)}
+    cmap = plt.get_cmap("tab10")
+    sparse = [m for m in groups if m not in styles]
+    for i, m in enumerate(sparse):
+        ls = "-" if m.endswith("@0.01") else "--"
+        styles[m] = (cmap(i // 2 if "+mc" not in m else 5), ls, 1.6 if "+mc" not in m else 2.2)
+    for ax, (key, label, logx) in zip(axes, xs):
+        for m, runs in groups.items():
+            n = min(len(r["curve"]["metric"]) for r in runs)
+            y = np.array([r["curve"]["metric"][:n] for r in runs])
+            x = np.array([r["curve"][key][:n] for r in runs]).mean(0)
+            color, ls, lw = styles[m]
+            ax.plot(x, y.mean(0), ls, color=color, lw=lw, label=m)
+            if len(runs) > 1:
+                ax.fill_between(x, y.min(0), y.max(0), color=color, alpha=0.08)
+        if logx:
+            ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel(f"test {doc['metric']}")
+        ax.grid(alpha=0.3)
+        if doc["metric"] == "perplexity":
+            ax.set_yscale("log")
+        else:
+            top = max(max(r["curve"]["metric"]) for r in doc["runs"])
+            ax.set_ylim(max(0.0, top - 25), top + 1)
+    axes[0].legend(fontsize=7, ncol=2)
+    ctx = doc["context"]
+    fig.suptitle(f"{doc['task']}: {ctx['world_size']} ranks, {ctx['link']}; "
+                 f"{ctx['machine']}; {ctx['note']}; mean of seeds, band min..max", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="folder with TASK.json files")
+    p.add_argument("--out", required=True, help="folder for results.md and TASK.png")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    docs = load(Path(args.data))
+    parts = []
+    for task in ("digits", "mnist1d", "lstm", "gpt", *sorted(docs)):
+        if task in docs:
+            doc = docs.pop(task)
+            plot(doc, out / f"{task}.png")
+            parts.append(markdown(doc) + f"\n![{task}]({task}.png)\n")
+    (out / "results.md").write_text("\n".join(parts))
+    print(f"wrote {out / 'results.md'} and {len(parts)} figure(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
