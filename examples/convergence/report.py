@@ -125,11 +125,17 @@ def plot(doc: dict[str, Any], path: Path) -> None:
           ("seconds", "wall-clock training time (s)", False))
     styles = {"dense": ("k", "-", 2.4), "bf16": ("0.45", "-", 2.0),
               "powersgd": ("tab:brown", "-", 2.0)}
-    cmap = plt.get_cmap("tab10")
-    sparse = [m for m in groups if m not in styles]
-    for i, m in enumerate(sparse):
-        ls = "-" if m.endswith("@0.01") else "--"
-        styles[m] = (cmap(i // 2 if "+mc" not in m else 5), ls, 1.6 if "+mc" not in m else 2.2)
+    colors = {"oktopk": "tab:blue", "topka": "tab:orange", "topkdsa": "tab:green",
+              "gtopk": "tab:red", "gaussiank": "tab:purple"}
+    extra = iter(["tab:cyan", "tab:olive", "tab:pink", "tab:gray"])
+    for m in groups:
+        if m in styles:
+            continue
+        head, _, dens = m.partition("@")
+        if head not in colors:  # a variant (flags after +): a colour of its own
+            colors[head] = next(extra, "tab:gray")
+        ls = "-" if dens == "0.01" else "--"
+        styles[m] = (colors[head], ls, 2.2 if "+" in head else 1.5)
     for ax, (key, label, logx) in zip(axes, xs):
         for m, runs in groups.items():
             n = min(len(r["curve"]["metric"]) for r in runs)
