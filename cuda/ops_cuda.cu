@@ -75,11 +75,17 @@ int resident_blocks(Ctx *c, const void *fn, int threads) {
   return blocks;
 }
 
+int sync_stream(Ctx *c) {
+  ++c->syncs;
+  PGS_CU(cudaStreamSynchronize(c->stream));
+  return PGS_OK;
+}
+
 int read_back(Ctx *c, const void *dev, size_t bytes, void **host) {
   PGS_RETURN_IF(ensure_pinned(&c->pinned, bytes));
   PGS_CU(cudaMemcpyAsync(c->pinned.ptr, dev, bytes, cudaMemcpyDeviceToHost,
                          c->stream));
-  PGS_CU(cudaStreamSynchronize(c->stream));
+  PGS_RETURN_IF(sync_stream(c));
   *host = c->pinned.ptr;
   return PGS_OK;
 }
@@ -125,7 +131,7 @@ int cuda_copy(const pgs_ops_t *ops, void *dst, const void *src, size_t bytes,
     PGS_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
     // Both host directions wait: the host buffer is the caller's again once
     // this returns (a pinned source would otherwise still be read).
-    PGS_CU(cudaStreamSynchronize(c->stream));
+    PGS_RETURN_IF(sync_stream(c));
     return PGS_OK;
   }
   if (!overlaps(dst, bytes, src, bytes)) {
@@ -153,8 +159,7 @@ int cuda_fill_zero(const pgs_ops_t *ops, void *ptr, size_t bytes) {
 
 int cuda_sync(const pgs_ops_t *ops) {
   PGS_ENTER(ops, c);
-  PGS_CU(cudaStreamSynchronize(c->stream));
-  return PGS_OK;
+  return sync_stream(c);
 }
 
 void release(Ctx *c) {
@@ -238,6 +243,11 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   t.scatter_add = pgs_cuda::scatter_add;
   t.zero_common = pgs_cuda::zero_common;
   t.merge_pairs = pgs_cuda::merge_pairs;
+  t.accumulate_select = pgs_cuda::accumulate_select;
+  t.unaccumulate = pgs_cuda::unaccumulate;
+  t.shift_idx = pgs_cuda::shift_idx;
+  t.locate = pgs_cuda::locate;
+  t.host_syncs = pgs_cuda::host_syncs;
   *out = &c->table;
   return PGS_OK;
 }

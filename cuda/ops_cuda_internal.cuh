@@ -36,9 +36,10 @@ struct Ctx {
   int sms = 1;  // multiprocessors, for grid sizing
   Occupancy occ[64] = {};
   int n_occ = 0;
-  Scratch small;   // device: counters, histograms, flags, radix state
-  Scratch pinned;  // pinned host: counts read back, bounds sent
-  Scratch work;    // device: tile counts, candidates, CUB temp storage
+  Scratch small;       // device: counters, histograms, flags, radix state
+  Scratch pinned;      // pinned host: counts read back, bounds sent
+  Scratch work;        // device: tile counts, candidates, CUB temp storage
+  uint64_t syncs = 0;  // host waits for the stream (sync_stream), for stats
 };
 
 inline Ctx *ctx_of(const pgs_ops_t *ops) {
@@ -53,6 +54,9 @@ int ensure_pinned(Scratch *s, size_t bytes);
 // waits for the stream: the one host round trip of a call. Returns the
 // pinned pointer through @p host.
 int read_back(Ctx *c, const void *dev, size_t bytes, void **host);
+
+// The host waits for the stream; every such wait is counted (stats).
+int sync_stream(Ctx *c);
 
 // Makes ctx->device current for the scope and restores the caller's device.
 class DeviceGuard {
@@ -274,6 +278,14 @@ int scatter_add(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
 int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
                 size_t na, int32_t a_offset, const int32_t *b, size_t nb);
 
+int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
+                      float thr, int32_t *idx, float *val, size_t cap,
+                      int64_t *count_host, int64_t *nonfinite_host);
+int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n);
+int shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta);
+int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
+           const int64_t *keys_host, int nkeys, int64_t *pos_host);
+uint64_t host_syncs(const pgs_ops_t *ops);
 }  // namespace pgs_cuda
 
 #endif  // PG_SPARSE_CUDA_OPS_CUDA_INTERNAL_CUH

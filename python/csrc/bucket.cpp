@@ -170,6 +170,9 @@ std::map<std::string, double> SparseBucket::stats() const {
           {"time_select_s", s.time_s[PGS_PHASE_SELECT]},
           {"time_reduce_s", s.time_s[PGS_PHASE_REDUCE]},
           {"time_gather_s", s.time_s[PGS_PHASE_GATHER]},
+          {"transport_calls", (double)s.transport_calls},
+          {"host_syncs", (double)s.host_syncs},
+          {"candidates", (double)s.candidates},
           {"words_lower_bound", s.words_lower_bound},
           {"words_upper_bound", s.words_upper_bound}};
 }

@@ -7,6 +7,7 @@
 // could move a float threshold.
 #include <pg_sparse/pg_sparse.h>
 
+#include <cstdio>
 #include <memory>
 #include <tuple>
 
@@ -158,6 +159,8 @@ void run_both(pgs_algo_id_t algo, size_t n, double density, int64_t warmup,
     EXPECT_EQ(sd.repartitioned, sh.repartitioned) << where;
     EXPECT_EQ(sd.capped, sh.capped) << where;
     EXPECT_EQ(sd.trimmed, sh.trimmed) << where;
+    EXPECT_EQ(sd.candidates, sh.candidates) << where;
+    EXPECT_EQ(sd.transport_calls, sh.transport_calls) << where;
     for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
       EXPECT_EQ(sd.words_sent[p], sh.words_sent[p]) << where;
       EXPECT_EQ(sd.words_recv[p], sh.words_recv[p]) << where;
@@ -193,6 +196,53 @@ TEST_P(CudaAlgo, NonfiniteInputFailsOnBoth) {
   EXPECT_EQ(pgs_bucket_allreduce(dev.get(), gd.get(), out_d.get()),
             PGS_ERR_NONFINITE);
   EXPECT_TRUE(same(dev.residual(), host.residual()));
+}
+
+// The host synchronisations of a device call follow from the algorithm and
+// what the call did (list or full selection, threshold recomputes), never
+// from n. Printed for the report.
+TEST_P(CudaAlgo, HostSyncsIndependentOfN) {
+  struct Call {
+    int64_t syncs;
+    int candidates, global_recomputed, repartitioned;
+  };
+  std::vector<std::vector<Call>> per_n;
+  for (size_t n : {size_t{1} << 16, size_t{1} << 21}) {
+    pgs_config_t cfg = PGS_CONFIG_INIT;
+    cfg.algo = GetParam();
+    cfg.density = 0.01;
+    cfg.warmup_steps = 0;
+    cfg.tau = 1000;
+    cfg.tau_prime = 1000;
+    Bucket dev(gpu(), cfg, n);
+    ASSERT_TRUE(dev.ok());
+    std::vector<Call> calls;
+    for (int64_t step = 0; step < 6; ++step) {
+      Dev<float> gd(normal(n, 700 + step)), out(n);
+      ASSERT_EQ(pgs_bucket_allreduce(dev.get(), gd.get(), out.get()), PGS_OK);
+      const pgs_stats_t st = dev.stats();
+      calls.push_back({st.host_syncs, st.candidates, st.global_recomputed,
+                       st.repartitioned});
+      std::printf(
+          "[ syncs    ] %s n=%zu call %lld: %lld host syncs, %lld "
+          "transport calls%s\n",
+          pgs_algo_name(GetParam()), n, (long long)step,
+          (long long)st.host_syncs, (long long)st.transport_calls,
+          st.candidates ? " (candidate list)" : "");
+    }
+    per_n.push_back(calls);
+  }
+  int compared = 0;
+  for (size_t i = 1; i < per_n[0].size(); ++i) {
+    const Call &a = per_n[0][i], &b = per_n[1][i];
+    if (a.candidates != b.candidates ||
+        a.global_recomputed != b.global_recomputed ||
+        a.repartitioned != b.repartitioned)
+      continue;
+    EXPECT_EQ(a.syncs, b.syncs) << "call " << i;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgos, CudaAlgo, testing::ValuesIn(kAlgos),

@@ -83,6 +83,10 @@ typedef struct pgs_stats {
   int64_t words_recv[PGS_PHASE_COUNT];
   int64_t ctrl_bytes_sent, ctrl_bytes_recv;
   double time_s[PGS_PHASE_COUNT];
+  int64_t transport_calls;  /**< collectives and exchanges this call made */
+  int64_t host_syncs;       /**< waits of the host for the device */
+  int candidates;           /**< oktopk: the local selection came from the
+                                 fused pass's candidate list, no extra pass */
   double words_lower_bound; /**< 2k(P-1)/P: Ok-Topk's lower bound */
   double words_upper_bound; /**< 6k(P-1)/P: Ok-Topk's cap, reported for
                                  every algorithm as a yardstick */
@@ -99,9 +103,13 @@ void pgs_bucket_destroy(pgs_bucket_t *bucket);
 /** Collective: sparse allreduce of @p grad (n fp32) into @p out (n fp32, the
  *  average over ranks). @p out may alias @p grad. Every rank calls with the
  *  same n and configuration; a disagreement returns PGS_ERR_MISMATCH on every
- *  rank, and NaN/Inf on any rank PGS_ERR_NONFINITE on every rank (with
- *  check_finite). These checks come first and leave the bucket untouched;
- *  after any other error (a transport failure) the residual is unspecified. */
+ *  rank (compared on the first call and after pgs_bucket_set_density, as DDP
+ *  verifies shapes once). NaN/Inf on any rank returns PGS_ERR_NONFINITE on
+ *  every rank (with check_finite): the flag travels in the first message the
+ *  algorithm sends anyway, and the residual is restored to what it was, up
+ *  to the rounding of r + g - g. Without check_finite, non-finite entries
+ *  of grad are dropped (never added to the residual). After any other error
+ *  (a transport failure) the residual is unspecified. */
 int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
 
 /** Change the density (k = max(1, round(density * n))) from the next call on,

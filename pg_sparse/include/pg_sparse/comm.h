@@ -79,12 +79,15 @@ typedef struct pgs_comm_vtable {
   void (*destroy)(void *impl);
 } pgs_comm_vtable_t;
 
-/** Bytes moved through one communicator since its creation. */
+/** Bytes moved through one communicator since its creation, and the number
+ *  of transport calls made (every collective, exchange start and barrier
+ *  that reached the transport; an exchange's wait is part of its call). */
 typedef struct pgs_comm_counters {
   uint64_t data_sent;
   uint64_t data_recv;
   uint64_t ctrl_sent;
   uint64_t ctrl_recv;
+  uint64_t calls;
 } pgs_comm_counters_t;
 
 typedef struct pgs_comm pgs_comm_t;

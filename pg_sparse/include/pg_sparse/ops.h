@@ -109,6 +109,33 @@ struct pgs_ops {
    *  against n. */
   int (*zero_common)(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
                      size_t na, int32_t a_offset, const int32_t *b, size_t nb);
+  /** The fused pass of a call: for every i whose sum r[i] + g[i] is finite,
+   *  r[i] = r[i] + g[i]; the others keep r[i] and are counted in
+   *  *nonfinite_host (NaN or Inf in g, or an overflowing sum). In the same
+   *  pass, the entries with r[i] != 0 and |r[i]| >= thr are counted in
+   *  *count_host and the first @p cap of them written as (idx[j] = i,
+   *  val[j] = r[i]) in index order (slots from the count up to @p cap may be
+   *  used as scratch). A count above @p cap is not an error: the caller sees
+   *  the list did not fit. thr = +Inf selects nothing. @p r and @p g must
+   *  not overlap. */
+  int (*accumulate_select)(const pgs_ops_t *ops, float *r, const float *g,
+                           size_t n, float thr, int32_t *idx, float *val,
+                           size_t cap, int64_t *count_host,
+                           int64_t *nonfinite_host);
+  /** Undo of accumulate_select after a failed call: r[i] -= g[i] for every
+   *  finite g[i] (exact up to the rounding of the add). */
+  int (*unaccumulate)(const pgs_ops_t *ops, float *r, const float *g, size_t n);
+  /** idx[j] -= delta for j < m (region-relative indices from global ones).
+   *  Writes only idx[0..m); the results are validated by whatever writes
+   *  through them (scatter_add, zero_at), like any received index. */
+  int (*shift_idx)(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta);
+  /** For an ascending idx[0..m): pos_host[j] = #{idx < keys_host[j]} for
+   *  j < nkeys (where each region of a sorted pair list begins). */
+  int (*locate)(const pgs_ops_t *ops, const int32_t *idx, size_t m,
+                const int64_t *keys_host, int nkeys, int64_t *pos_host);
+  /** Host synchronisations (waits for the device) this table has made
+   *  since it was created; 0 on the host, where kernels run inline. */
+  uint64_t (*host_syncs)(const pgs_ops_t *ops);
   /** Sorted union of two ascending pair lists, values added where an index
    *  occurs in both. Writes at most @p cap pairs; *count_host = union size. */
   int (*merge_pairs)(const pgs_ops_t *ops, const int32_t *ia, const float *va,

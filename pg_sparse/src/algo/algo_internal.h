@@ -41,6 +41,11 @@ struct pgs_bucket {
    * they cannot change for the bucket's life, so later dense calls skip the
    * control allreduce, as DDP verifies parameter shapes once. */
   int checked;
+  /* This call's input and whether it held NaN/Inf here (with check_finite):
+   * the flag rides in the algorithm's first message (pgs_flag_*). */
+  const float *call_grad;
+  int call_bad;
+  uint64_t syncs0; /* ops->host_syncs() when the call began */
   const pgs_algo_vtable_t *algo;
   void *algo_state;
   pgs_stats_t stats;
@@ -71,6 +76,31 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase);
 /** r += grad, counting |r| >= thr when @p n_ge is not NULL. */
 int pgs_accumulate(pgs_bucket_t *b, const float *grad, float thr,
                    int64_t *n_ge);
+
+/** r += grad in the fused pass that also counts non-finite sums (for the
+ *  per-call flag) and writes the first @p cap entries with |r| >= thr into
+ *  (idx, val); *count is how many there are (more than cap: did not fit). */
+int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
+                          int32_t *idx, float *val, size_t cap, int64_t *count);
+
+/** A count as sent in the algorithm's first message: negative when this
+ *  rank's input was bad, so every receiver learns it without a message of
+ *  its own. */
+static inline int64_t pgs_flag_encode(const pgs_bucket_t *b, int64_t count) {
+  return b->call_bad ? -1 : count;
+}
+
+/** After the first message: @p any_negative says a peer flagged its input.
+ *  On a flag (ours or a peer's) the residual is restored and the call fails
+ *  with PGS_ERR_NONFINITE, on every rank alike. */
+int pgs_flag_settle(pgs_bucket_t *b, int any_negative);
+
+/** Whether any of counts[0..m) is negative (a flagged count). */
+static inline int pgs_any_negative(const int64_t *counts, size_t m) {
+  int neg = 0;
+  for (size_t i = 0; i < m; ++i) neg |= counts[i] < 0;
+  return neg;
+}
 
 /** The dense step: average of (grad + resid), residual cleared. Every
  *  algorithm's warm-up. */

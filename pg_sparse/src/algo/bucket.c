@@ -187,6 +187,7 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
         (int64_t)((c.data_recv - b->phase_c0.data_recv) / 4);
     s->ctrl_bytes_sent += (int64_t)(c.ctrl_sent - b->phase_c0.ctrl_sent);
     s->ctrl_bytes_recv += (int64_t)(c.ctrl_recv - b->phase_c0.ctrl_recv);
+    s->transport_calls += (int64_t)(c.calls - b->phase_c0.calls);
     s->time_s[b->phase] += now - b->phase_t0;
   }
   b->phase = phase;
@@ -196,36 +197,56 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
 
 /* --- the call ------------------------------------------------------------- */
 
-int pgs_accumulate(pgs_bucket_t *b, const float *grad, float thr,
-                   int64_t *n_ge) {
-  return b->ops->accumulate(b->ops, b->resid, grad, b->n, thr, n_ge);
+int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
+                          int32_t *idx, float *val, size_t cap,
+                          int64_t *count) {
+  int64_t bad = 0;
+  int st = b->ops->accumulate_select(b->ops, b->resid, grad, b->n, thr, idx,
+                                     val, cap, count, &bad);
+  b->call_grad = grad;
+  b->call_bad = b->cfg.check_finite && bad > 0;
+  return st;
 }
 
-/* Every rank contributes its view; MAX of (v, -v) gives max and -min, so one
- * small allreduce detects any disagreement and any rank's NaN. */
+int pgs_accumulate(pgs_bucket_t *b, const float *grad, float thr,
+                   int64_t *n_ge) {
+  int64_t count = 0;
+  /* +Inf selects nothing: the pass then only adds and checks. */
+  int st = pgs_accumulate_select(b, grad, n_ge != NULL ? thr : INFINITY, NULL,
+                                 NULL, 0, &count);
+  if (n_ge != NULL) *n_ge = count;
+  return st;
+}
+
+int pgs_flag_settle(pgs_bucket_t *b, int any_negative) {
+  if (!b->call_bad && !any_negative) return PGS_OK;
+  /* The add skipped every non-finite sum, so subtracting the finite part of
+   * grad gives back the residual the call started from. */
+  int st = b->ops->unaccumulate(b->ops, b->resid, b->call_grad, b->n);
+  return st != PGS_OK ? st : PGS_ERR_NONFINITE;
+}
+
+/* Sizes and settings, compared across ranks once per layout (the first
+ * call, and after a density change): MAX of (v, -v) gives max and -min, so
+ * one small allreduce detects any disagreement. Per-call input problems
+ * travel in the algorithms' own messages instead (pgs_flag_*). */
 enum { CHECK_FIELDS = 6 };
 
-static int check_collective(pgs_bucket_t *b, const float *grad) {
-  int64_t nonfinite = 0;
-  if (b->cfg.check_finite) {
-    int st = b->ops->count_nonfinite(b->ops, grad, b->n, &nonfinite);
-    if (st != PGS_OK) return st;
-  }
+static int check_settings(pgs_bucket_t *b) {
   const int64_t mine[CHECK_FIELDS] = {(int64_t)b->n,        b->k,
                                       (int64_t)b->cfg.algo, b->cfg.warmup_steps,
                                       b->cfg.tau,           b->cfg.tau_prime};
-  int64_t v[2 * CHECK_FIELDS + 1];
+  int64_t v[2 * CHECK_FIELDS];
   for (int i = 0; i < CHECK_FIELDS; ++i) {
     v[2 * i] = mine[i];
     v[2 * i + 1] = -mine[i];
   }
-  v[2 * CHECK_FIELDS] = nonfinite > 0 ? 1 : 0;
-  int st = pgs_comm_allreduce_host(b->comm, v, 2 * CHECK_FIELDS + 1, PGS_INT64,
-                                   PGS_MAX);
+  int st =
+      pgs_comm_allreduce_host(b->comm, v, 2 * CHECK_FIELDS, PGS_INT64, PGS_MAX);
   if (st != PGS_OK) return st;
   for (int i = 0; i < CHECK_FIELDS; ++i)
     if (v[2 * i] != -v[2 * i + 1]) return PGS_ERR_MISMATCH;
-  return v[2 * CHECK_FIELDS] ? PGS_ERR_NONFINITE : PGS_OK;
+  return PGS_OK;
 }
 
 static void reset_stats(pgs_bucket_t *b) {
@@ -237,20 +258,19 @@ static void reset_stats(pgs_bucket_t *b) {
   double pf = (double)(b->size - 1) / (double)b->size;
   s->words_lower_bound = 2.0 * (double)b->k * pf;
   s->words_upper_bound = 6.0 * (double)b->k * pf;
+  b->syncs0 = b->ops->host_syncs(b->ops);
 }
 
 /* The dense call on a zero residual: the average of grad alone, as DDP's own
  * allreduce computes it, with no pass over the residual. A non-finite entry
  * on any rank makes the reduced sum non-finite on every rank, so checking the
  * result fails the call everywhere without a control message. */
-static int dense_fresh(pgs_bucket_t *b, const float *grad, float *out) {
+/* Sum over ranks, fail on a non-finite result (any rank's NaN/Inf makes
+ * the sum non-finite on every rank, so no control message is needed), then
+ * scale to the average. */
+static int reduce_checked(pgs_bucket_t *b, float *out) {
   const pgs_ops_t *ops = b->ops;
-  int st = PGS_OK;
-  if ((const float *)out != grad)
-    st = ops->copy(ops, out, grad, b->n * sizeof(float), PGS_COPY_SAME);
-  if (st != PGS_OK) return st;
-  pgs_phase_enter(b, PGS_PHASE_REDUCE);
-  st = pgs_comm_allreduce(b->comm, out, b->n, PGS_FLOAT32, PGS_SUM);
+  int st = pgs_comm_allreduce(b->comm, out, b->n, PGS_FLOAT32, PGS_SUM);
   if (st != PGS_OK) return st;
   if (b->cfg.check_finite) {
     int64_t bad = 0;
@@ -261,22 +281,44 @@ static int dense_fresh(pgs_bucket_t *b, const float *grad, float *out) {
   return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
 }
 
+/* The dense call on a zero residual: the average of grad alone, as DDP's own
+ * allreduce computes it, with no pass over the residual. */
+static int dense_fresh(pgs_bucket_t *b, const float *grad, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  int st = PGS_OK;
+  if ((const float *)out != grad)
+    st = ops->copy(ops, out, grad, b->n * sizeof(float), PGS_COPY_SAME);
+  if (st != PGS_OK) return st;
+  pgs_phase_enter(b, PGS_PHASE_REDUCE);
+  return reduce_checked(b, out);
+}
+
+/* A non-finite sum on one rank must fail the call on all: a NaN written
+ * into the data makes the reduced result non-finite everywhere. */
+static int poison(pgs_bucket_t *b, float *out) {
+  const float nan = NAN;
+  return b->ops->copy(b->ops, out, &nan, sizeof(nan), PGS_COPY_FROM_HOST);
+}
+
 int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out) {
   const pgs_ops_t *ops = b->ops;
   b->stats.dense = 1;
   b->stats.local_selected = (int64_t)b->n;
   b->stats.global_selected = (int64_t)b->n;
   if (b->resid_zero) return dense_fresh(b, grad, out);
-  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  /* out = grad + residual; the residual itself stays as it is until the
+   * call has succeeded, so a failed call leaves it exactly untouched. */
+  int st = PGS_OK;
+  if ((const float *)out != grad)
+    st = ops->copy(ops, out, grad, b->n * sizeof(float), PGS_COPY_SAME);
+  int64_t none = 0, bad = 0;
+  if (st == PGS_OK)
+    st = ops->accumulate_select(ops, out, b->resid, b->n, INFINITY, NULL, NULL,
+                                0, &none, &bad);
+  if (st == PGS_OK && bad > 0) st = poison(b, out);
   if (st != PGS_OK) return st;
-  if ((const float *)out != b->resid) {
-    st = ops->copy(ops, out, b->resid, b->n * sizeof(float), PGS_COPY_SAME);
-    if (st != PGS_OK) return st;
-  }
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
-  st = pgs_comm_allreduce(b->comm, out, b->n, PGS_FLOAT32, PGS_SUM);
-  if (st != PGS_OK) return st;
-  st = ops->scale(ops, out, b->n, 1.0f / (float)b->size);
+  st = reduce_checked(b, out);
   if (st != PGS_OK) return st;
   st = ops->fill_zero(ops, b->resid, b->n * sizeof(float));
   if (st == PGS_OK) b->resid_zero = 1;
@@ -288,11 +330,9 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
   reset_stats(b);
   pgs_phase_enter(b, PGS_PHASE_SELECT);
   const int dense = b->step < b->cfg.warmup_steps || b->algo == &pgs_algo_dense;
-  int st = PGS_OK;
-  /* A dense call on a zero residual after the first check finds bad input
-   * in its result (dense_fresh); every other call is checked up front, so
-   * that a failed call leaves the residual as it was. */
-  if (!b->checked || !dense || !b->resid_zero) st = check_collective(b, grad);
+  b->call_bad = 0;
+  b->call_grad = grad;
+  int st = b->checked ? PGS_OK : check_settings(b);
   if (st == PGS_OK) {
     b->checked = 1;
     if (dense) {
@@ -303,6 +343,7 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
     }
   }
   pgs_phase_enter(b, PGS_PHASE_COUNT);
+  b->stats.host_syncs = (int64_t)(b->ops->host_syncs(b->ops) - b->syncs0);
   if (st == PGS_OK) b->step++;
   return st;
 }

@@ -47,9 +47,12 @@ static void gtopk_fini(pgs_bucket_t *b) {
  * on the control plane so receives are posted with the exact length. */
 static int swap_blocks(pgs_bucket_t *b, gtopk_state_t *s, int64_t m, int to,
                        int from, int64_t *got) {
-  for (int r = 0; r < b->size; ++r) s->counts[r] = 0;
-  if (to >= 0) s->counts[to] = m;
+  for (int r = 0; r < b->size; ++r) s->counts[r] = pgs_flag_encode(b, 0);
+  if (to >= 0) s->counts[to] = pgs_flag_encode(b, m);
   int st = pgs_comm_alltoall_host(b->comm, s->counts, s->peer_counts);
+  /* The first swap carries every rank's input flag to every rank. */
+  if (st == PGS_OK)
+    st = pgs_flag_settle(b, pgs_any_negative(s->peer_counts, (size_t)b->size));
   if (st != PGS_OK) return st;
   *got = from >= 0 ? s->peer_counts[from] : 0;
   if (*got < 0 || *got > b->k) return PGS_ERR_INDEX;

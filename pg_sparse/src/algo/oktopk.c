@@ -6,17 +6,31 @@
  * largest are kept, the rest stay in the residual), which bounds phase 1 at
  * 3k(P-1)/P words each way whatever the data. Phase 2 fits its volume into
  * what remains of 6k(P-1)/P (oktopk_gather.c). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "algo/oktopk.h"
 
+/* The candidate list of one call: every entry of the accumulator with
+ * |x| >= slack times the last local threshold, in index order, listed by the
+ * fused pass (up to CAND_CAP * k of them). When it holds at least k entries
+ * the exact k-th |x| is the list's k-th, found in O(list) instead of passes
+ * over n, so every call gets an exact threshold (exactly k picks, where a
+ * reused threshold lets up to 2k through); repartition and the split read
+ * the list too. The slack adapts so the list holds about 1.3k-2.5k entries:
+ * error feedback piles mass just below the threshold, and how much depends
+ * on the data. */
+enum { CAND_CAP = 8 };
+#define CAND_SLACK_INIT 0.8f
+#define CAND_SLACK_MIN 0.25f
+
 static void oktopk_fini(pgs_bucket_t *b) {
   oktopk_state_t *s = b->algo_state;
   if (s == NULL) return;
   pgs_split_fini(&s->split, b->ops);
-  pgs_buf_t *bufs[] = {&s->tmp,  &s->gidx, &s->gval, &s->bidx,
-                       &s->bval, &s->aidx, &s->aval};
+  pgs_buf_t *bufs[] = {&s->tmp,  &s->cand, &s->gidx, &s->gval,
+                       &s->bidx, &s->bval, &s->aidx, &s->aval};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i)
     pgs_buf_release(b->ops, bufs[i]);
   free(s->info);
@@ -34,6 +48,7 @@ static int oktopk_init(pgs_bucket_t *b) {
   b->algo_state = s;
   s->thr_local = -1.0f;
   s->thr_global = -1.0f;
+  s->cand_slack = CAND_SLACK_INIT;
   const size_t P = (size_t)b->size;
   s->info = calloc(3 * P, sizeof(int64_t));
   s->held = calloc(P, sizeof(int64_t));
@@ -42,32 +57,61 @@ static int oktopk_init(pgs_bucket_t *b) {
   s->msgs = calloc(4 * P, sizeof(pgs_msg_t));
   if (!s->info || !s->held || !s->cuts || !s->hist || !s->msgs)
     return PGS_ERR_NO_MEMORY;
-  return pgs_split_init(&s->split, b->rank, b->size);
+  int st = pgs_split_init(&s->split, b->rank, b->size);
+  s->split.as_list = 1; /* phase 2 reads only the reduced pairs */
+  return st;
+}
+
+typedef struct cands {
+  int32_t *idx;
+  float *val;
+  int64_t m; /* entries listed (valid only when ok) */
+  int ok;    /* the list holds every entry >= its threshold */
+} cands_t;
+
+/* The selection (thr, quota) as one ascending list [idx m | val m] in
+ * s->tmp: from the candidates when there are, else by passes over x. */
+static int selection_list(pgs_bucket_t *b, oktopk_state_t *s, const cands_t *c,
+                          float thr, int64_t quota, int64_t *m) {
+  const pgs_ops_t *ops = b->ops;
+  int64_t gt = 0, eq = 0;
+  const int64_t whole[2] = {0, c->ok ? c->m : (int64_t)b->n};
+  const float *x = c->ok ? c->val : b->resid;
+  int st =
+      ops->count_regions(ops, x, (size_t)whole[1], whole, 1, thr, &gt, &eq);
+  if (st != PGS_OK) return st;
+  *m = gt + (quota < 0 || quota > eq ? eq : quota);
+  st = pgs_buf_reserve(ops, &s->tmp, (size_t)*m * 8);
+  if (st != PGS_OK) return st;
+  int32_t *idx = s->tmp.ptr;
+  float *val = (float *)(idx + *m);
+  int64_t got = 0;
+  if (c->ok)
+    st = ops->select_pairs(ops, c->idx, c->val, (size_t)c->m, thr, quota, idx,
+                           val, (size_t)*m, &got);
+  else
+    st = ops->compact(ops, b->resid, b->n, thr, quota, 0, idx, val, (size_t)*m,
+                      &got);
+  if (st != PGS_OK) return st;
+  return got == *m ? PGS_OK : PGS_ERR_INVALID;
 }
 
 /* Regions at the averaged quantiles of the ranks' selected indices, so each
  * region draws about the same share of picks. Any P and n, empty regions
  * allowed; sums in int64 so P * n cannot overflow. */
-static int repartition(pgs_bucket_t *b, oktopk_state_t *s, float thr,
-                       int64_t quota) {
-  const pgs_ops_t *ops = b->ops;
+static int repartition(pgs_bucket_t *b, oktopk_state_t *s, const cands_t *c,
+                       float thr, int64_t quota) {
   const int P = b->size;
-  const int64_t n = (int64_t)b->n, whole[2] = {0, n};
-  int64_t gt = 0, eq = 0, m = 0;
-  int st = ops->count_regions(ops, b->resid, b->n, whole, 1, thr, &gt, &eq);
+  const int64_t n = (int64_t)b->n;
+  int64_t m = 0;
+  int st = selection_list(b, s, c, thr, quota, &m);
   if (st != PGS_OK) return st;
-  m = gt + (quota < 0 || quota > eq ? eq : quota);
-  st = pgs_buf_reserve(ops, &s->tmp, (size_t)m * 8);
-  if (st != PGS_OK) return st;
-  int32_t *idx = s->tmp.ptr;
-  int64_t got = 0;
-  st = ops->compact(ops, b->resid, b->n, thr, quota, 0, idx, (float *)(idx + m),
-                    (size_t)m, &got);
-  if (st != PGS_OK) return st;
+  const int32_t *idx = s->tmp.ptr;
   for (int j = 1; j < P; ++j) {
     int32_t cut = (int32_t)(n * j / P); /* no picks: equal regions */
     if (m > 0) {
-      st = ops->copy(ops, &cut, idx + m * j / P, sizeof(cut), PGS_COPY_TO_HOST);
+      st = b->ops->copy(b->ops, &cut, idx + m * j / P, sizeof(cut),
+                        PGS_COPY_TO_HOST);
       if (st != PGS_OK) return st;
     }
     s->cuts[j - 1] = cut;
@@ -85,51 +129,91 @@ static int repartition(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   return PGS_OK;
 }
 
-/* Local threshold: exact k-th |acc| on schedule or when the reused one picks
- * outside [k/2, 2k]; *quota is the number of ties to take (-1: all). */
-static int local_threshold(pgs_bucket_t *b, oktopk_state_t *s, int exact,
-                           int64_t n_ge, float *thr, int64_t *quota) {
-  if (!exact && n_ge >= (b->k + 1) / 2 && n_ge <= 2 * b->k) {
-    *thr = s->thr_local;
-    *quota = -1;
-    return PGS_OK;
-  }
+/* The local threshold, exact on every call: the k-th largest |acc| and the
+ * ties to take in index order (*quota). From the list when it holds at
+ * least k entries (then the k-th largest lies at or above the list's
+ * threshold, so every entry that matters is listed), else by a radix select
+ * over all of acc; both give the same answer, so the list's slack never
+ * changes a result. (The reference reuses the local threshold between
+ * exact steps only because a selection over n was expensive; a reused one
+ * let up to 2k entries through.) */
+static int local_threshold(pgs_bucket_t *b, cands_t *c, float *thr,
+                           int64_t *quota) {
   int64_t n_gt = 0;
-  int st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, thr, &n_gt);
+  int st;
+  if (c->ok && c->m >= b->k) {
+    st =
+        b->ops->kth_abs(b->ops, c->val, (size_t)c->m, (size_t)b->k, thr, &n_gt);
+  } else {
+    c->ok = 0; /* the list may miss entries above the threshold */
+    st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, thr, &n_gt);
+  }
   *quota = *thr > 0.0f ? b->k - n_gt : 0;
   b->stats.local_recomputed = 1;
+  return st;
+}
+
+/* Steer the next list toward 1.3k-2.5k entries: a longer list costs the
+ * fused pass more appends, one shorter than k a pass over n. */
+static float next_slack(float slack, int64_t m, int64_t k, int64_t cap) {
+  if (m > cap)
+    slack *= 1.15f;
+  else if (2 * m > 5 * k)
+    slack *= 1.05f;
+  else if (10 * m < 13 * k)
+    slack /= 1.1f;
+  if (slack > 1.0f) slack = 1.0f;
+  if (slack < CAND_SLACK_MIN) slack = CAND_SLACK_MIN;
+  return slack;
+}
+
+/* The fused pass: accumulate, check and list the candidates. */
+static int accumulate_candidates(pgs_bucket_t *b, oktopk_state_t *s,
+                                 const float *grad, cands_t *c) {
+  int64_t cap = CAND_CAP * b->k;
+  if (cap > (int64_t)b->n) cap = (int64_t)b->n;
+  /* Before the first threshold there is nothing to list against. */
+  const float cthr =
+      s->thr_local > 0.0f ? s->thr_local * s->cand_slack : INFINITY;
+  int st = pgs_buf_reserve(b->ops, &s->cand, (size_t)cap * 8);
+  if (st != PGS_OK) return st;
+  c->idx = s->cand.ptr;
+  c->val = (float *)(c->idx + cap);
+  st = pgs_accumulate_select(b, grad, cthr, c->idx, c->val, (size_t)cap, &c->m);
+  c->ok = cthr < INFINITY && c->m <= cap;
+  if (cthr < INFINITY)
+    s->cand_slack = next_slack(s->cand_slack, c->m, b->k, cap);
   return st;
 }
 
 static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   oktopk_state_t *s = b->algo_state;
   const int64_t sparse_step = b->step - b->cfg.warmup_steps;
-  /* At k = n a reused threshold would drop entries that density 1 keeps. */
-  const int exact = sparse_step % b->cfg.tau_prime == 0 ||
-                    s->thr_local < 0.0f || b->k == (int64_t)b->n;
-  int64_t n_ge = 0;
-  int st = pgs_accumulate(b, grad, exact ? -1.0f : s->thr_local,
-                          exact ? NULL : &n_ge);
+  cands_t c = {NULL, NULL, 0, 0};
+  int st = accumulate_candidates(b, s, grad, &c);
   float thr = 0.0f;
   int64_t quota = 0;
-  if (st == PGS_OK) st = local_threshold(b, s, exact, n_ge, &thr, &quota);
+  if (st == PGS_OK) st = local_threshold(b, &c, &thr, &quota);
   if (st != PGS_OK) return st;
   s->thr_local = thr;
   b->stats.local_threshold = thr;
+  b->stats.candidates = c.ok;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
   if (sparse_step % b->cfg.tau == 0 || !s->have_bounds) {
-    st = repartition(b, s, thr, quota);
+    st = repartition(b, s, &c, thr, quota);
     if (st != PGS_OK) return st;
   }
   const int64_t cap = b->size > 1 ? 3 * b->k / (2 * b->size) : -1;
   int64_t m = 0;
-  st = pgs_split_select(b, &s->split, b->resid, thr, quota, cap, &m,
-                        &b->stats.capped);
+  if (c.ok)
+    st = pgs_split_select_pairs(b, &s->split, c.idx, c.val, c.m, thr, quota,
+                                cap, &m, &b->stats.capped);
+  else
+    st = pgs_split_select(b, &s->split, b->resid, thr, quota, cap, &m,
+                          &b->stats.capped);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
-  s->thr_local =
-      pgs_oktopk_nudge(thr, m + b->stats.capped, b->k, 1.012f, 1.012f);
   st = pgs_split_reduce(b, &s->split);
   if (st != PGS_OK) return st;
 

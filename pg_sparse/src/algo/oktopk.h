@@ -12,7 +12,9 @@ typedef struct oktopk_state {
   float thr_local;  /* reused between exact steps; < 0 before the first */
   float thr_global; /* likewise */
   int have_bounds;
+  float cand_slack;     /* candidate list threshold / last local threshold */
   pgs_buf_t tmp;        /* full local selection at repartition */
+  pgs_buf_t cand;       /* the fused pass's candidates [idx cap | val cap] */
   pgs_buf_t gidx, gval; /* this region's global picks, global indices */
   pgs_buf_t bidx, bval; /* balanced share of G */
   pgs_buf_t aidx, aval; /* all of G, ascending */

@@ -31,8 +31,7 @@ static int global_kth(pgs_bucket_t *b, oktopk_state_t *s, float *thr) {
   int64_t left = b->k;
   for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
     memset(s->hist, 0, PGS_HIST_BINS * sizeof(int64_t));
-    int st = b->ops->hist_abs(b->ops, sp->red.ptr,
-                              (size_t)pgs_split_len(sp, b->rank), level, prefix,
+    int st = b->ops->hist_abs(b->ops, sp->lval, (size_t)sp->lm, level, prefix,
                               s->hist);
     if (st == PGS_OK)
       st = pgs_comm_allreduce_host(b->comm, s->hist, PGS_HIST_BINS, PGS_INT64,
@@ -56,10 +55,10 @@ static int global_kth(pgs_bucket_t *b, oktopk_state_t *s, float *thr) {
 static int count_and_share(pgs_bucket_t *b, oktopk_state_t *s, float thr,
                            int64_t *total) {
   const pgs_split_t *sp = &s->split;
-  const int64_t bounds[2] = {0, pgs_split_len(sp, b->rank)};
+  const int64_t bounds[2] = {0, sp->lm};
   int64_t gt = 0, eq = 0;
-  int st = b->ops->count_regions(b->ops, sp->red.ptr, (size_t)bounds[1], bounds,
-                                 1, thr, &gt, &eq);
+  int st = b->ops->count_regions(b->ops, sp->lval, (size_t)sp->lm, bounds, 1,
+                                 thr, &gt, &eq);
   if (st != PGS_OK) return st;
   const int64_t mine[3] = {gt + eq, sp->sent_words, sp->recv_words};
   st = pgs_comm_allgather_host(b->comm, mine, 3, s->info);
@@ -135,9 +134,12 @@ static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->gval, (size_t)c * 4);
   if (st != PGS_OK) return st;
   int64_t got = 0;
-  st = ops->compact(ops, sp->red.ptr, (size_t)pgs_split_len(sp, b->rank), thr,
-                    -1, (int32_t)sp->bounds[b->rank], s->gidx.ptr, s->gval.ptr,
-                    (size_t)c, &got);
+  st = ops->select_pairs(ops, sp->lidx, sp->lval, (size_t)sp->lm, thr, -1,
+                         s->gidx.ptr, s->gval.ptr, (size_t)c, &got);
+  /* Region-relative to global indices. */
+  if (st == PGS_OK)
+    st = ops->shift_idx(ops, s->gidx.ptr, (size_t)got,
+                        -(int32_t)sp->bounds[b->rank]);
   if (st != PGS_OK) return st;
   if (got != c) return PGS_ERR_INVALID;
   *count = c <= cap ? c : cap;

@@ -32,7 +32,10 @@ int pgs_allgather_blocks(pgs_bucket_t *b, const void *send, int64_t m,
                          int64_t *total) {
   const int P = b->size;
   int64_t *counts = b->host_counts;
-  int st = pgs_comm_allgather_host(b->comm, &m, 1, counts);
+  const int64_t mine = pgs_flag_encode(b, m);
+  int st = pgs_comm_allgather_host(b->comm, &mine, 1, counts);
+  if (st == PGS_OK)
+    st = pgs_flag_settle(b, pgs_any_negative(counts, (size_t)P));
   if (st != PGS_OK) return st;
   size_t *bytes = b->host_bytes, *displs = b->host_bytes + P;
   size_t off = 0;

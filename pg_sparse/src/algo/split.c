@@ -15,6 +15,8 @@ int pgs_split_init(pgs_split_t *s, int rank, int size) {
   s->gt = calloc(P, sizeof(int64_t));
   s->eq = calloc(P, sizeof(int64_t));
   s->m = calloc(P, sizeof(int64_t));
+  s->mflag = calloc(P, sizeof(int64_t));
+  s->pos = calloc(P + 1, sizeof(int64_t));
   s->rthr = calloc(P, sizeof(float));
   s->rquota = calloc(P, sizeof(int64_t));
   s->off = calloc(P + 1, sizeof(int64_t));
@@ -22,8 +24,8 @@ int pgs_split_init(pgs_split_t *s, int rank, int size) {
   s->roff = calloc(P + 1, sizeof(int64_t));
   /* Two slots in flight, each with up to SPLIT_BATCH sends and receives. */
   s->msgs = calloc(4 * (size_t)SPLIT_BATCH, sizeof(pgs_msg_t));
-  if (!s->bounds || !s->gt || !s->eq || !s->m || !s->rthr || !s->rquota ||
-      !s->off || !s->rcnt || !s->roff || !s->msgs)
+  if (!s->bounds || !s->gt || !s->eq || !s->m || !s->mflag || !s->pos ||
+      !s->rthr || !s->rquota || !s->off || !s->rcnt || !s->roff || !s->msgs)
     return PGS_ERR_NO_MEMORY;
   return PGS_OK;
 }
@@ -33,6 +35,8 @@ void pgs_split_fini(pgs_split_t *s, const pgs_ops_t *ops) {
   free(s->gt);
   free(s->eq);
   free(s->m);
+  free(s->mflag);
+  free(s->pos);
   free(s->rthr);
   free(s->rquota);
   free(s->off);
@@ -42,6 +46,8 @@ void pgs_split_fini(pgs_split_t *s, const pgs_ops_t *ops) {
   pgs_buf_release(ops, &s->send);
   pgs_buf_release(ops, &s->recv);
   pgs_buf_release(ops, &s->red);
+  pgs_buf_release(ops, &s->la);
+  pgs_buf_release(ops, &s->lb);
 }
 
 void pgs_split_equal_bounds(pgs_split_t *s, int64_t n) {
@@ -52,27 +58,40 @@ static int32_t *block_at(const pgs_buf_t *buf, const int64_t *off, int j) {
   return (int32_t *)buf->ptr + 2 * off[j];
 }
 
+/* Where a selection reads: the dense accumulator cut at the region bounds,
+ * or a candidate list (ascending global indices) cut where each region's
+ * run begins. Planning is the same for both; only the packing differs. */
+typedef struct split_src {
+  const float *val;   /* x, or the candidates' values */
+  const int32_t *idx; /* NULL for x; the candidates' global indices */
+  const int64_t *cut; /* P + 1 offsets into val: region j's run */
+  size_t len;         /* entries of val */
+} split_src_t;
+
+static size_t run_len(const split_src_t *src, int j) {
+  return (size_t)(src->cut[j + 1] - src->cut[j]);
+}
+
 /* Hold region j to its @p cap largest |x| (ties in index order). */
-static int cap_region(pgs_bucket_t *b, pgs_split_t *s, const float *x, int j,
-                      int64_t cap, int64_t *capped) {
+static int cap_region(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
+                      int j, int64_t cap, int64_t *capped) {
   *capped += s->m[j] - cap;
   s->m[j] = cap;
   if (cap == 0) return PGS_OK;
   int64_t n_gt = 0;
-  int st =
-      b->ops->kth_abs(b->ops, x + s->bounds[j], (size_t)pgs_split_len(s, j),
-                      (size_t)cap, &s->rthr[j], &n_gt);
+  int st = b->ops->kth_abs(b->ops, src->val + src->cut[j], run_len(src, j),
+                           (size_t)cap, &s->rthr[j], &n_gt);
   s->rquota[j] = cap - n_gt;
   return st;
 }
 
 /* Per-region counts, tie quotas (in global index order) and caps. */
-static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const float *x,
+static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
                         float thr, int64_t eq_quota, int64_t cap,
                         int64_t *capped) {
   const int P = s->size;
-  int st =
-      b->ops->count_regions(b->ops, x, b->n, s->bounds, P, thr, s->gt, s->eq);
+  int st = b->ops->count_regions(b->ops, src->val, src->len, src->cut, P, thr,
+                                 s->gt, s->eq);
   if (st != PGS_OK) return st;
   int64_t left = eq_quota;
   for (int j = 0; j < P; ++j) {
@@ -88,42 +107,117 @@ static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const float *x,
   for (int j = 0; j < P; ++j) {
     /* Our own region never travels, so it is never capped. */
     if (j == s->rank || cap < 0 || s->m[j] <= cap) continue;
-    st = cap_region(b, s, x, j, cap, capped);
+    st = cap_region(b, s, src, j, cap, capped);
     if (st != PGS_OK) return st;
   }
+  return PGS_OK;
+}
+
+/* Region j's block of s->send: region-relative (index, value) pairs. */
+static int pack_region(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
+                       int j) {
+  const pgs_ops_t *ops = b->ops;
+  int32_t *blk = block_at(&s->send, s->off, j);
+  float *val = pgs_block_val(blk, s->m[j]);
+  int64_t got = 0;
+  int st;
+  if (src->idx == NULL) {
+    st = ops->compact(ops, src->val + src->cut[j], run_len(src, j), s->rthr[j],
+                      s->rquota[j], 0, blk, val, (size_t)s->m[j], &got);
+  } else {
+    st = ops->select_pairs(ops, src->idx + src->cut[j], src->val + src->cut[j],
+                           run_len(src, j), s->rthr[j], s->rquota[j], blk, val,
+                           (size_t)s->m[j], &got);
+    if (st == PGS_OK)
+      st = ops->shift_idx(ops, blk, (size_t)got, (int32_t)s->bounds[j]);
+  }
+  if (st != PGS_OK) return st;
+  return got == s->m[j] ? PGS_OK : PGS_ERR_INVALID; /* ops broke contract */
+}
+
+static int select_from(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
+                       float thr, int64_t eq_quota, int64_t cap,
+                       int64_t *m_total, int64_t *capped) {
+  const int P = s->size;
+  int st = plan_regions(b, s, src, thr, eq_quota, cap, capped);
+  if (st != PGS_OK) return st;
+  s->off[0] = 0;
+  for (int j = 0; j < P; ++j) s->off[j + 1] = s->off[j] + s->m[j];
+  st = pgs_buf_reserve(b->ops, &s->send, (size_t)s->off[P] * 8);
+  for (int j = 0; j < P && st == PGS_OK; ++j)
+    if (s->m[j] > 0) st = pack_region(b, s, src, j);
+  if (st != PGS_OK) return st;
+  *m_total = s->off[P];
   return PGS_OK;
 }
 
 int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x, float thr,
                      int64_t eq_quota, int64_t cap, int64_t *m_total,
                      int64_t *capped) {
-  const pgs_ops_t *ops = b->ops;
-  const int P = s->size;
-  int st = plan_regions(b, s, x, thr, eq_quota, cap, capped);
+  const split_src_t src = {x, NULL, s->bounds, b->n};
+  return select_from(b, s, &src, thr, eq_quota, cap, m_total, capped);
+}
+
+int pgs_split_select_pairs(pgs_bucket_t *b, pgs_split_t *s, const int32_t *cidx,
+                           const float *cval, int64_t mc, float thr,
+                           int64_t eq_quota, int64_t cap, int64_t *m_total,
+                           int64_t *capped) {
+  int st =
+      b->ops->locate(b->ops, cidx, (size_t)mc, s->bounds, s->size + 1, s->pos);
   if (st != PGS_OK) return st;
-  s->off[0] = 0;
-  for (int j = 0; j < P; ++j) s->off[j + 1] = s->off[j] + s->m[j];
-  st = pgs_buf_reserve(ops, &s->send, (size_t)s->off[P] * 8);
+  const split_src_t src = {cval, cidx, s->pos, (size_t)mc};
+  return select_from(b, s, &src, thr, eq_quota, cap, m_total, capped);
+}
+
+/* List mode: room for every pair this rank reduces, twice. */
+static int plan_list(pgs_bucket_t *b, pgs_split_t *s) {
+  s->lcap = s->m[s->rank] + s->roff[s->size - 1];
+  int st = pgs_buf_reserve(b->ops, &s->la, (size_t)s->lcap * 8);
+  if (st == PGS_OK) st = pgs_buf_reserve(b->ops, &s->lb, (size_t)s->lcap * 8);
+  s->lidx = s->la.ptr;
+  s->lval = (float *)(s->lidx + s->lcap);
+  s->lm = 0;
+  return st;
+}
+
+/* Merges one block into the list (into the other buffer, then swaps): the
+ * sum at an index is the earlier blocks' sum plus this one, the order the
+ * dense scatter-add uses. */
+static int merge_block(pgs_bucket_t *b, pgs_split_t *s, int32_t *blk,
+                       int64_t c) {
+  pgs_buf_t *other = s->lidx == (int32_t *)s->la.ptr ? &s->lb : &s->la;
+  int32_t *oidx = other->ptr;
+  float *oval = (float *)(oidx + s->lcap);
+  int64_t u = 0;
+  int st = b->ops->merge_pairs(b->ops, s->lidx, s->lval, (size_t)s->lm, blk,
+                               pgs_block_val(blk, c), (size_t)c, oidx, oval,
+                               (size_t)s->lcap, &u);
   if (st != PGS_OK) return st;
-  for (int j = 0; j < P; ++j) {
-    if (s->m[j] == 0) continue;
-    int32_t *blk = block_at(&s->send, s->off, j);
-    int64_t got = 0;
-    st = ops->compact(ops, x + s->bounds[j], (size_t)pgs_split_len(s, j),
-                      s->rthr[j], s->rquota[j], 0, blk,
-                      pgs_block_val(blk, s->m[j]), (size_t)s->m[j], &got);
-    if (st != PGS_OK) return st;
-    if (got != s->m[j]) return PGS_ERR_INVALID; /* ops broke its contract */
-  }
-  *m_total = s->off[P];
+  s->lidx = oidx;
+  s->lval = oval;
+  s->lm = u;
   return PGS_OK;
+}
+
+/* The merged list must lie in the region (indices come from peers): the
+ * ends of an ascending list show it in one search. */
+static int check_list(pgs_bucket_t *b, pgs_split_t *s) {
+  const int64_t keys[2] = {0, pgs_split_len(s, s->rank)};
+  int64_t pos[2] = {0, 0};
+  int st = b->ops->locate(b->ops, s->lidx, (size_t)s->lm, keys, 2, pos);
+  if (st != PGS_OK) return st;
+  return pos[0] == 0 && pos[1] == s->lm ? PGS_OK : PGS_ERR_INDEX;
 }
 
 /* Receive layout: one block per step t = 1..P-1 (source r - t) at pair
  * offset roff[t-1], in step order, which is also the order of reduction. */
 static int plan_receive(pgs_bucket_t *b, pgs_split_t *s) {
   const int P = s->size, r = s->rank;
-  int st = pgs_comm_alltoall_host(b->comm, s->m, s->rcnt);
+  for (int j = 0; j < P; ++j) s->mflag[j] = pgs_flag_encode(b, s->m[j]);
+  int st = pgs_comm_alltoall_host(b->comm, s->mflag, s->rcnt);
+  /* The counts carry every rank's input flag: no message of its own. */
+  if (st == PGS_OK)
+    st = pgs_flag_settle(b, pgs_any_negative(s->rcnt, (size_t)P));
   if (st != PGS_OK) return st;
   const int64_t own = pgs_split_len(s, r);
   s->roff[0] = 0;
@@ -138,6 +232,7 @@ static int plan_receive(pgs_bucket_t *b, pgs_split_t *s) {
   s->recv_words = 2 * s->roff[P - 1];
   st = pgs_buf_reserve(b->ops, &s->recv, (size_t)s->roff[P - 1] * 8);
   if (st != PGS_OK) return st;
+  if (s->as_list) return plan_list(b, s);
   st = pgs_buf_reserve(b->ops, &s->red, (size_t)own * 4);
   if (st != PGS_OK) return st;
   return b->ops->fill_zero(b->ops, s->red.ptr, (size_t)own * 4);
@@ -172,6 +267,7 @@ static int post_batch(pgs_bucket_t *b, pgs_split_t *s, int first, int slot) {
 static int reduce_block(pgs_bucket_t *b, pgs_split_t *s, int32_t *blk,
                         int64_t c) {
   if (c == 0) return PGS_OK;
+  if (s->as_list) return merge_block(b, s, blk, c);
   /* scatter_add validates every index against the region before adding. */
   return b->ops->scatter_add(b->ops, s->red.ptr,
                              (size_t)pgs_split_len(s, s->rank), blk,
@@ -193,7 +289,8 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
   if (st != PGS_OK) return st;
   /* Our own contribution first, then sources r-1, r-2, ...: a fixed order. */
   st = reduce_block(b, s, block_at(&s->send, s->off, r), s->m[r]);
-  if (st != PGS_OK || P == 1) return st;
+  if (st != PGS_OK) return st;
+  if (P == 1) return s->as_list ? check_list(b, s) : PGS_OK;
   st = post_batch(b, s, 1, 0);
   for (int first = 1, i = 0; first < P && st == PGS_OK; ++i) {
     int next = batch_end(s, first);
@@ -203,6 +300,7 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
     if (st == PGS_OK) st = reduce_batch(b, s, first);
     first = next;
   }
+  if (st == PGS_OK && s->as_list) st = check_list(b, s);
   return st;
 }
 

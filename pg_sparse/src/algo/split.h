@@ -16,6 +16,8 @@ typedef struct pgs_split {
   int64_t *bounds;  /* P + 1, host */
   int64_t *gt, *eq; /* P, host: counts of the selection per region */
   int64_t *m;       /* P, host: pairs selected per region */
+  int64_t *mflag;   /* P, host: m as sent (flagged, pgs_flag_encode) */
+  int64_t *pos;     /* P + 1, host: region starts in a candidate list */
   float *rthr;      /* P, host: threshold used in each region */
   int64_t *rquota;  /* P, host: ties taken in each region */
   int64_t *off;     /* P + 1, host: pair offset of each region's block */
@@ -24,7 +26,16 @@ typedef struct pgs_split {
   pgs_msg_t *msgs;  /* 2 * P, host */
   pgs_buf_t send;   /* blocks [idx m_j | val m_j] back to back */
   pgs_buf_t recv;   /* received blocks, by source */
-  pgs_buf_t red;    /* dense reduced own region */
+  pgs_buf_t red;    /* dense reduced own region (TopkDSA) */
+  /* List mode (Ok-Topk): the own region reduced as a sorted pair list
+   * instead, merged block by block in the same order: O(pairs), not a pass
+   * over the region. Two buffers [idx cap | val cap], merged back and forth;
+   * lidx/lval/lm are the result (region-relative indices ascending). */
+  int as_list;
+  pgs_buf_t la, lb;
+  int32_t *lidx;
+  float *lval;
+  int64_t lm, lcap;
   int64_t sent_words, recv_words; /* data words of the last reduce */
 } pgs_split_t;
 
@@ -48,7 +59,17 @@ int pgs_split_select(pgs_bucket_t *b, pgs_split_t *s, const float *x, float thr,
                      int64_t eq_quota, int64_t cap, int64_t *m_total,
                      int64_t *capped);
 
-/** Exchange the blocks and reduce this rank's region into s->red. */
+/** The same selection from a candidate list instead of the whole
+ *  accumulator: @p mc pairs (global indices ascending, values) holding every
+ *  entry of x that could be selected (all |x| >= thr). Reads O(mc), not n. */
+int pgs_split_select_pairs(pgs_bucket_t *b, pgs_split_t *s, const int32_t *cidx,
+                           const float *cval, int64_t mc, float thr,
+                           int64_t eq_quota, int64_t cap, int64_t *m_total,
+                           int64_t *capped);
+
+/** Exchange the blocks and reduce this rank's region into s->red, or in
+ *  list mode into (lidx, lval, lm); zero sums stay in the list (every reader
+ *  skips zeros, as it does in s->red). */
 int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s);
 
 /** x[i] = 0 at every selected entry. */

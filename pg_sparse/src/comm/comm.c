@@ -118,7 +118,7 @@ pgs_mem_t pgs_comm_mem(const pgs_comm_t *comm) {
 void pgs_comm_get_counters(const pgs_comm_t *comm, pgs_comm_counters_t *out) {
   if (out == NULL) return;
   if (comm == NULL) {
-    const pgs_comm_counters_t zero = {0, 0, 0, 0};
+    const pgs_comm_counters_t zero = {0, 0, 0, 0, 0};
     *out = zero;
     return;
   }
@@ -142,6 +142,7 @@ int pgs_comm_exchange_start(pgs_comm_t *comm, const pgs_msg_t *sends,
   if (status != PGS_OK) return status;
   /* Counted at start: exchange_wait() does not see the messages again. */
   comm->slot_busy[slot] = 1;
+  comm->counters.calls++;
   comm->counters.data_sent += sent;
   comm->counters.data_recv += recvd;
   return PGS_OK;
@@ -181,6 +182,7 @@ int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
   int status = comm->vt.allgatherv(comm->impl, send, send_bytes, recv,
                                    recv_bytes, displs);
   if (status != PGS_OK) return status;
+  comm->counters.calls++;
   comm->counters.data_recv += total - (uint64_t)recv_bytes[comm->rank];
   comm->counters.data_sent += (uint64_t)send_bytes * (uint64_t)(comm->size - 1);
   return PGS_OK;
@@ -199,6 +201,7 @@ static int counted_allreduce(pgs_comm_t *comm, reduce_fn fn, void *buf,
   if (status != PGS_OK) return status;
   status = fn(comm->impl, buf, count, dtype, op);
   if (status != PGS_OK) return status;
+  comm->counters.calls++;
   const uint64_t ring = pgs_comm_ring_bytes(bytes, comm->size);
   *sent += ring;
   *recv += ring;
@@ -218,6 +221,7 @@ int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root) {
   if (bytes > 0 && buf == NULL) return PGS_ERR_INVALID;
   int status = comm->vt.bcast(comm->impl, buf, bytes, root);
   if (status != PGS_OK) return status;
+  comm->counters.calls++;
   /* With one rank nothing leaves the process. */
   if (comm->size > 1) {
     if (comm->rank == root)
@@ -241,6 +245,7 @@ int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
   if (comm == NULL || send == NULL || recv == NULL) return PGS_ERR_INVALID;
   int status = comm->vt.alltoall_host(comm->impl, send, recv);
   if (status != PGS_OK) return status;
+  comm->counters.calls++;
   const uint64_t bytes = sizeof(int64_t) * (uint64_t)(comm->size - 1);
   comm->counters.ctrl_sent += bytes;
   comm->counters.ctrl_recv += bytes;
@@ -256,6 +261,7 @@ int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
     return PGS_ERR_INVALID;
   int status = comm->vt.allgather_host(comm->impl, send, count, recv);
   if (status != PGS_OK) return status;
+  comm->counters.calls++;
   const uint64_t bytes =
       (uint64_t)count * sizeof(int64_t) * (uint64_t)(comm->size - 1);
   comm->counters.ctrl_sent += bytes;
@@ -265,5 +271,7 @@ int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
 
 int pgs_comm_barrier(pgs_comm_t *comm) {
   if (comm == NULL) return PGS_ERR_INVALID;
-  return comm->vt.barrier(comm->impl);
+  int status = comm->vt.barrier(comm->impl);
+  if (status == PGS_OK) comm->counters.calls++;
+  return status;
 }

@@ -268,6 +268,11 @@ static const pgs_ops_t cpu_ops = {
     .zero_at = cpu_zero_at,
     .scatter_add = cpu_scatter_add,
     .zero_common = cpu_zero_common,
+    .accumulate_select = pgs_cpu_accumulate_select,
+    .unaccumulate = pgs_cpu_unaccumulate,
+    .shift_idx = pgs_cpu_shift_idx,
+    .locate = pgs_cpu_locate,
+    .host_syncs = pgs_cpu_host_syncs,
     .merge_pairs = cpu_merge_pairs,
 };
 

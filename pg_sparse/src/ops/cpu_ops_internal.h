@@ -18,6 +18,15 @@ static inline uint32_t pgs_cpu_abs_bits(float x) {
   return b & 0x7fffffffu;
 }
 
+/* The kernels that stream over a whole bucket are built twice on x86-64,
+ * for AVX2 and for the baseline, and the loader picks one (ifunc), so the
+ * library runs on any x86-64 and at full width where it can. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define PGS_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PGS_CPU_CLONES
+#endif
+
 /* Selection kernels of cpu_select.c; signatures are those of pgs_ops_t. */
 int pgs_cpu_count_regions(const pgs_ops_t *ops, const float *x, size_t n,
                           const int64_t *bounds_host, int nreg, float thr,
@@ -33,5 +42,18 @@ int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
                          const float *val, size_t m, float thr,
                          int64_t eq_quota, int32_t *idx_out, float *val_out,
                          size_t cap, int64_t *count_host);
+
+/* Fused pass and pair-list helpers of cpu_fused.c. */
+int pgs_cpu_accumulate_select(const pgs_ops_t *ops, float *r, const float *g,
+                              size_t n, float thr, int32_t *idx, float *val,
+                              size_t cap, int64_t *count_host,
+                              int64_t *nonfinite_host);
+int pgs_cpu_unaccumulate(const pgs_ops_t *ops, float *r, const float *g,
+                         size_t n);
+int pgs_cpu_shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m,
+                      int32_t delta);
+int pgs_cpu_locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
+                   const int64_t *keys_host, int nkeys, int64_t *pos_host);
+uint64_t pgs_cpu_host_syncs(const pgs_ops_t *ops);
 
 #endif /* PG_SPARSE_SRC_OPS_CPU_OPS_INTERNAL_H */

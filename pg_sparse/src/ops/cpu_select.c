@@ -242,6 +242,7 @@ static bool bounds_valid(const int64_t *bounds, int nreg, size_t n) {
   return true;
 }
 
+PGS_CPU_CLONES
 int pgs_cpu_count_regions(const pgs_ops_t *ops, const float *x, size_t n,
                           const int64_t *bounds_host, int nreg, float thr,
                           int64_t *n_gt_host, int64_t *n_eq_host) {
@@ -315,6 +316,7 @@ static void compact_walk(const float *x, size_t lo, size_t hi, selector_t *sel,
   }
 }
 
+PGS_CPU_CLONES
 int pgs_cpu_compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
                     int64_t eq_quota, int32_t idx_offset, int32_t *idx,
                     float *val, size_t cap, int64_t *count_host) {

@@ -274,9 +274,14 @@ class _Rank:
             "first_words_sent": per_call[0]["words_sent"],
             "warmup": warmup, "repeats": repeats, "calls": per_call,
         }
-        row["words_vs_upper"] = row["words_sent_max"] / row["words_upper_bound"]
-        row["words_vs_dense"] = row["words_sent"] / row["words_dense"]
+        # At P = 1 nothing travels: every bound is 0 and so is every ratio.
+        row["words_vs_upper"] = _ratio(row["words_sent_max"], row["words_upper_bound"])
+        row["words_vs_dense"] = _ratio(row["words_sent"], row["words_dense"])
         return row
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
 
 
 def _median(sorted_values: list[float]) -> float:

@@ -1,0 +1,165 @@
+"""What a comm hook adds to a DDP step on one GPU, against NCCL DDP in the
+same run.
+
+The model of the fast-path issue: 6 x Linear(2048, 2048) (25.2M parameters),
+batch 256, SGD. Every method trains the same model from the same weights;
+the step is forward + backward (with DDP's communication) + optimizer, timed
+with the device synchronised, median of --steps after --warmup. Methods:
+``nccl`` (DDP on an NCCL group, no hook: the baseline), ``compute`` (the
+model without DDP: no communication at all), torch's ``bf16`` and
+``powersgd`` (rank 4) hooks on NCCL, and every pg_sparse hook on the
+"sparse" group. For Ok-Topk a torch.profiler pass counts what one step
+launches and how often the host waits for the device.
+
+    torchrun --nproc_per_node=1 cuda/bench/bench_hook.py --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import pg_sparse
+
+SPARSE = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
+
+
+def make_model(dev: torch.device) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(6)]).to(dev)
+
+
+def wrap(method: str, dev: torch.device, nccl: Any, density: float) -> nn.Module:
+    """The model as ``method`` trains it."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    model = make_model(dev)
+    if method == "compute":
+        return model
+    group = nccl if method in ("nccl", "bf16", "powersgd") else None
+    ddp = DDP(model, device_ids=[dev.index], process_group=group)
+    if method == "bf16":
+        ddp.register_comm_hook(nccl, default_hooks.bf16_compress_hook)
+    elif method == "powersgd":
+        state = psgd.PowerSGDState(process_group=nccl, matrix_approximation_rank=4,
+                                   start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+    elif method in SPARSE:
+        state = pg_sparse.SparseState(density=density, warmup_steps=2)
+        ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])
+    return ddp
+
+
+def stepper(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=False)
+        model(x).square().mean().backward()
+        opt.step()
+    return step
+
+
+def time_steps(step: Callable[[], None], warmup: int, steps: int) -> list[float]:
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def profile_counts(step: Callable[[], None], steps: int = 5) -> dict[str, float]:
+    """Per step: kernel launches, cudaMemcpyAsync and stream synchronisations."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    counts = {"launches": 0, "memcpy": 0, "syncs": 0, "malloc": 0, "free": 0}
+    for e in prof.key_averages():
+        name = e.key
+        if name in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel"):
+            counts["launches"] += e.count
+        elif name == "cudaMemcpyAsync":
+            counts["memcpy"] += e.count
+        elif name in ("cudaStreamSynchronize", "cudaDeviceSynchronize"):
+            counts["syncs"] += e.count
+        elif name == "cudaMalloc":
+            counts["malloc"] += e.count
+        elif name == "cudaFree":
+            counts["free"] += e.count
+    return {k: v / steps for k, v in counts.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--density", type=float, default=0.01)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="rounds over all methods (interleaved against drift)")
+    args = ap.parse_args()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = torch.device("cuda", local)
+    torch.cuda.set_device(dev)
+    dist.init_process_group(backend="sparse")
+    nccl = dist.new_group(backend="nccl")
+    x = torch.randn(256, 2048, device=dev, generator=None)
+    methods = ["compute", "nccl", "bf16", "powersgd", *SPARSE]
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    steps = {m: stepper(wrap(m, dev, nccl, args.density), x) for m in methods}
+    for _ in range(args.repeats):
+        for m in methods:
+            times[m] += time_steps(steps[m], args.warmup, args.steps)
+    med = {m: statistics.median(t) * 1e3 for m, t in times.items()}
+    prof = {m: profile_counts(steps[m]) for m in ("nccl", "oktopk", "topka", "powersgd")}
+    card = torch.cuda.get_device_name(dev)
+    rows = []
+    for m in methods:
+        t = sorted(times[m])
+        rows.append({"method": m, "median_ms": med[m], "min_ms": t[0] * 1e3,
+                     "max_ms": t[-1] * 1e3, "vs_nccl_ms": med[m] - med["nccl"],
+                     **({f"prof_{k}": v for k, v in prof[m].items()} if m in prof else {})})
+    doc = {"card": card, "torch": torch.__version__, "world_size": dist.get_world_size(),
+           "density": args.density, "steps": args.steps, "repeats": args.repeats,
+           "rows": rows}
+    if dist.get_rank() == 0:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "bench_hook.json").write_text(json.dumps(doc, indent=1))
+        print(f"card: {card}; torch {torch.__version__}; world size "
+              f"{dist.get_world_size()}; 6 x Linear(2048, 2048), batch 256; density "
+              f"{args.density}; median of {args.repeats} x {args.steps} steps")
+        print("| method | step ms (median) | min-max | added vs NCCL DDP (ms) | "
+              "launches/step | memcpy/step | syncs/step |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['method']} | {r['median_ms']:.3f} | {r['min_ms']:.3f}-"
+                  f"{r['max_ms']:.3f} | {r['vs_nccl_ms']:+.3f} | "
+                  f"{r.get('prof_launches', float('nan')):.0f} | "
+                  f"{r.get('prof_memcpy', float('nan')):.0f} | "
+                  f"{r.get('prof_syncs', float('nan')):.0f} |")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+// The fused pass of a call on the device (accumulate with the non-finite and
+// threshold counts, then the candidates' compaction), its undo, and the
+// pair-list helpers (shift_idx, locate). The host table does the add and the
+// compaction in one read; here they are two kernels over the bucket, with
+// one read back of both counts in between.
+#include <cub/block/block_reduce.cuh>
+
+#include "ops_cuda_internal.cuh"
+
+namespace pgs_cuda {
+namespace {
+
+using BlockReduceU64 = cub::BlockReduce<unsigned long long, kThreads>;
+
+__device__ __forceinline__ bool finite_bits(float v) {
+  return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// r[i] += g[i] where the sum is finite; counts the rejected sums into
+// out[0] and the entries with r != 0, |r| >= thr afterwards into out[1].
+__global__ void __launch_bounds__(kThreads)
+    fused_add_kernel(float *__restrict__ r, const float *__restrict__ g,
+                     size_t n, float thr, unsigned long long *out) {
+  __shared__ typename BlockReduceU64::TempStorage tmp;
+  unsigned long long bad = 0, hit = 0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    const float old = r[i], v = old + g[i];
+    const bool ok = finite_bits(v);
+    const float nr = ok ? v : old;
+    if (ok) r[i] = v;
+    bad += !ok;
+    hit += (nr != 0.0f) & (fabsf(nr) >= thr);
+  }
+  unsigned long long t = BlockReduceU64(tmp).Sum(bad);
+  if (threadIdx.x == 0 && t != 0) atomicAdd(&out[0], t);
+  __syncthreads();
+  t = BlockReduceU64(tmp).Sum(hit);
+  if (threadIdx.x == 0 && t != 0) atomicAdd(&out[1], t);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    unaccumulate_kernel(float *__restrict__ r, const float *__restrict__ g,
+                        size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride)
+    if (finite_bits(g[i])) r[i] -= g[i];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    shift_kernel(int32_t *idx, size_t m, int32_t delta) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < m; j += stride)
+    idx[j] -= delta;
+}
+
+// pos[j] = number of idx entries below keys[j] (idx ascending).
+__global__ void locate_kernel(const int32_t *__restrict__ idx, size_t m,
+                              const long long *__restrict__ keys, int nkeys,
+                              long long *pos) {
+  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= nkeys) return;
+  size_t lo = 0, hi = m;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (static_cast<long long>(idx[mid]) < keys[j])
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  pos[j] = static_cast<long long>(lo);
+}
+
+}  // namespace
+
+int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
+                      float thr, int32_t *idx, float *val, size_t cap,
+                      int64_t *count_host, int64_t *nonfinite_host) {
+  if (count_host == nullptr || nonfinite_host == nullptr)
+    return PGS_ERR_INVALID;
+  if ((r == nullptr || g == nullptr) && n > 0) return PGS_ERR_INVALID;
+  if ((idx == nullptr || val == nullptr) && cap > 0) return PGS_ERR_INVALID;
+  if (n > static_cast<size_t>(INT32_MAX) + 1u) return PGS_ERR_UNSUPPORTED;
+  *count_host = 0;
+  *nonfinite_host = 0;
+  if (n == 0) return PGS_OK;
+  PGS_ENTER(ops, c);
+  auto *counts = static_cast<unsigned long long *>(c->small.ptr);
+  PGS_CU(cudaMemsetAsync(counts, 0, 2 * sizeof *counts, c->stream));
+  fused_add_kernel<<<grid_for(c, fused_add_kernel, n, 4), kThreads, 0,
+                     c->stream>>>(r, g, n, thr, counts);
+  PGS_LAUNCHED();
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, counts, 2 * sizeof *counts, &host));
+  const auto *h = static_cast<const unsigned long long *>(host);
+  *nonfinite_host = static_cast<int64_t>(h[0]);
+  *count_host = static_cast<int64_t>(h[1]);
+  // A list that cannot fit is not written: the caller falls back anyway.
+  if (*count_host == 0 || static_cast<size_t>(*count_host) > cap) return PGS_OK;
+  int64_t got = 0;
+  PGS_RETURN_IF(compact(ops, r, n, thr, -1, 0, idx, val, cap, &got));
+  return got == *count_host ? PGS_OK : PGS_ERR_INVALID;
+}
+
+int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n) {
+  if ((r == nullptr || g == nullptr) && n > 0) return PGS_ERR_INVALID;
+  if (n == 0) return PGS_OK;
+  PGS_ENTER(ops, c);
+  unaccumulate_kernel<<<grid_for(c, unaccumulate_kernel, n, 4), kThreads, 0,
+                        c->stream>>>(r, g, n);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+int shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta) {
+  if (m == 0) return PGS_OK;
+  if (idx == nullptr) return PGS_ERR_INVALID;
+  PGS_ENTER(ops, c);
+  shift_kernel<<<grid_for(c, shift_kernel, m, 4), kThreads, 0, c->stream>>>(
+      idx, m, delta);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
+           const int64_t *keys_host, int nkeys, int64_t *pos_host) {
+  if (nkeys < 0 || (nkeys > 0 && (keys_host == nullptr || pos_host == nullptr)))
+    return PGS_ERR_INVALID;
+  if (idx == nullptr && m > 0) return PGS_ERR_INVALID;
+  if (nkeys == 0) return PGS_OK;
+  PGS_ENTER(ops, c);
+  // small: nkeys positions, then nkeys keys (sent through the pinned buffer,
+  // past the part read back).
+  const size_t bytes = static_cast<size_t>(nkeys) * 8;
+  const size_t key_off = (bytes + 255) & ~static_cast<size_t>(255);
+  PGS_RETURN_IF(ensure_device(&c->small, key_off + bytes));
+  PGS_RETURN_IF(ensure_pinned(&c->pinned, key_off + bytes));
+  char *dsmall = static_cast<char *>(c->small.ptr);
+  auto *dpos = reinterpret_cast<long long *>(dsmall);
+  auto *dkeys = reinterpret_cast<long long *>(dsmall + key_off);
+  char *pin = static_cast<char *>(c->pinned.ptr);
+  memcpy(pin + key_off, keys_host, bytes);
+  PGS_CU(cudaMemcpyAsync(dkeys, pin + key_off, bytes, cudaMemcpyHostToDevice,
+                         c->stream));
+  locate_kernel<<<(nkeys + kThreads - 1) / kThreads, kThreads, 0, c->stream>>>(
+      idx, m, dkeys, nkeys, dpos);
+  PGS_LAUNCHED();
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, dpos, bytes, &host));
+  memcpy(pos_host, host, bytes);
+  return PGS_OK;
+}
+
+uint64_t host_syncs(const pgs_ops_t *ops) {
+  return ops == nullptr || ops->ctx == nullptr ? 0 : ctx_of(ops)->syncs;
+}
+
+}  // namespace pgs_cuda

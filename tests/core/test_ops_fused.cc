@@ -1,0 +1,149 @@
+// The fused pass (accumulate_select), its undo and the pair-list helpers
+// (shift_idx, locate) of the host table, against plain loops written here.
+#include "ops_test_util.h"
+
+namespace ops_test {
+namespace {
+
+struct FusedRef {
+  std::vector<float> r;
+  std::vector<int32_t> idx;
+  std::vector<float> val;
+  int64_t bad = 0;
+};
+
+// The contract of accumulate_select, one entry at a time.
+FusedRef fused_reference(std::vector<float> r, const std::vector<float> &g,
+                         float thr) {
+  FusedRef out;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const float v = r[i] + g[i];
+    if (std::isfinite(v))
+      r[i] = v;
+    else
+      ++out.bad;
+    if (r[i] != 0.0f && std::fabs(r[i]) >= thr) {
+      out.idx.push_back(static_cast<int32_t>(i));
+      out.val.push_back(r[i]);
+    }
+  }
+  out.r = std::move(r);
+  return out;
+}
+
+std::vector<float> fused_input(size_t n, uint64_t seed) {
+  std::vector<float> g = normal(n, seed);
+  for (size_t i = 0; i < n; i += 97) g[i] = 0.0f;
+  if (n > 50) {
+    g[3] = NAN;
+    g[n / 2] = INFINITY;
+    g[n - 1] = -INFINITY;
+    g[11] = FLT_MAX;  // overflows against a large residual below
+  }
+  return g;
+}
+
+TEST(OpsFused, AccumulateSelectMatchesTheContract) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17},
+                   size_t{1000}, size_t{65537}}) {
+    for (float thr : {0.5f, 2.0f, 3.5f, INFINITY}) {
+      std::vector<float> r = normal(n, 7 + n);
+      if (n > 50) r[11] = FLT_MAX;
+      const std::vector<float> g = fused_input(n, 9 + n);
+      const FusedRef want = fused_reference(r, g, thr);
+      for (size_t cap : {size_t{0}, want.idx.size(), want.idx.size() + 5}) {
+        std::vector<float> got_r = r;
+        std::vector<int32_t> idx(cap + 1, -7);
+        std::vector<float> val(cap + 1, -7.0f);
+        int64_t count = -1, bad = -1;
+        ASSERT_EQ(
+            ops()->accumulate_select(ops(), got_r.data(), g.data(), n, thr,
+                                     idx.data(), val.data(), cap, &count, &bad),
+            PGS_OK);
+        ASSERT_TRUE(same_bits(got_r, want.r)) << "n " << n << " thr " << thr;
+        EXPECT_EQ(bad, want.bad);
+        EXPECT_EQ(count, static_cast<int64_t>(want.idx.size()));
+        const size_t written = std::min(cap, want.idx.size());
+        for (size_t j = 0; j < written; ++j) {
+          EXPECT_EQ(idx[j], want.idx[j]);
+          EXPECT_EQ(bits_of(val[j]), bits_of(want.val[j]));
+        }
+        // Slots in [count, cap) are scratch; the one past cap is not.
+        EXPECT_EQ(idx[cap], -7) << "wrote past the capacity";
+        EXPECT_EQ(val[cap], -7.0f) << "wrote past the capacity";
+      }
+    }
+  }
+}
+
+TEST(OpsFused, AccumulateSelectRejectsBadArguments) {
+  std::vector<float> r(4), g(4);
+  int64_t c = 0, b = 0;
+  const pgs_ops_t *o = ops();
+  EXPECT_EQ(o->accumulate_select(o, r.data(), g.data(), 4, 1.0f, nullptr,
+                                 nullptr, 0, nullptr, &b),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(o->accumulate_select(o, r.data(), g.data(), 4, 1.0f, nullptr,
+                                 nullptr, 3, &c, &b),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(o->accumulate_select(o, nullptr, g.data(), 4, 1.0f, nullptr,
+                                 nullptr, 0, &c, &b),
+            PGS_ERR_INVALID);
+}
+
+// The undo restores every entry up to the rounding of r + g - g, and leaves
+// the entries whose sum was rejected exactly as they were.
+TEST(OpsFused, UnaccumulateRestoresTheResidual) {
+  const size_t n = 10007;
+  const std::vector<float> r0 = normal(n, 21, 3.0f);
+  std::vector<float> g = fused_input(n, 22);
+  std::vector<float> r = r0;
+  int64_t c = 0, bad = 0;
+  ASSERT_EQ(ops()->accumulate_select(ops(), r.data(), g.data(), n, INFINITY,
+                                     nullptr, nullptr, 0, &c, &bad),
+            PGS_OK);
+  EXPECT_EQ(bad, 3);
+  ASSERT_EQ(ops()->unaccumulate(ops(), r.data(), g.data(), n), PGS_OK);
+  for (size_t i = 0; i < n; ++i) {
+    const float add = std::isfinite(g[i]) ? std::fabs(g[i]) : 0.0f;
+    EXPECT_LE(std::fabs(r[i] - r0[i]), FLT_EPSILON * (std::fabs(r0[i]) + add))
+        << i;
+    if (!std::isfinite(g[i])) {
+      EXPECT_EQ(bits_of(r[i]), bits_of(r0[i])) << i;
+    }
+  }
+}
+
+TEST(OpsFused, ShiftIdxAndLocate) {
+  std::vector<int32_t> idx = sorted_subset(5000, 1 << 20, 31);
+  const std::vector<int64_t> keys = {
+      0, 1, 1000, 1 << 19, 999999, 1 << 20, INT64_C(1) << 40};
+  std::vector<int64_t> pos(keys.size(), -1);
+  ASSERT_EQ(ops()->locate(ops(), idx.data(), idx.size(), keys.data(),
+                          static_cast<int>(keys.size()), pos.data()),
+            PGS_OK);
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const auto want = std::lower_bound(idx.begin(), idx.end(), keys[j],
+                                       [](int32_t a, int64_t k) {
+                                         return static_cast<int64_t>(a) < k;
+                                       }) -
+                      idx.begin();
+    EXPECT_EQ(pos[j], want) << "key " << keys[j];
+  }
+  EXPECT_EQ(ops()->locate(ops(), nullptr, 0, keys.data(), 1, pos.data()),
+            PGS_OK);
+  EXPECT_EQ(pos[0], 0);
+  EXPECT_EQ(
+      ops()->locate(ops(), idx.data(), idx.size(), nullptr, 1, pos.data()),
+      PGS_ERR_INVALID);
+
+  std::vector<int32_t> shifted = idx;
+  ASSERT_EQ(ops()->shift_idx(ops(), shifted.data(), shifted.size(), 77),
+            PGS_OK);
+  for (size_t j = 0; j < idx.size(); ++j) EXPECT_EQ(shifted[j], idx[j] - 77);
+  EXPECT_EQ(ops()->shift_idx(ops(), nullptr, 3, 1), PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->host_syncs(ops()), 0u);
+}
+
+}  // namespace
+}  // namespace ops_test

@@ -1,0 +1,80 @@
+// The fused pass (accumulate_select), its undo, shift_idx, locate and the
+// host-sync counter of the CUDA table, against the host table.
+#include "cuda_test_util.h"
+
+namespace cuda_test {
+namespace {
+
+class CudaFused : public CudaTest {};
+
+std::vector<float> with_bad(size_t n, uint64_t seed) {
+  std::vector<float> g = normal(n, seed);
+  for (size_t i = 0; i < n; i += 97) g[i] = 0.0f;
+  if (n > 50) add_nonfinite(g, seed + 1, n / 1000 + 1);
+  return g;
+}
+
+TEST_F(CudaFused, AccumulateSelectMatchesHost) {
+  for (size_t n : sizes()) {
+    for (float thr : {0.5f, 2.5f, INFINITY}) {
+      const std::vector<float> r0 = normal(n, 3 + n);
+      const std::vector<float> g = with_bad(n, 5 + n);
+      std::vector<float> rh = r0;
+      // Room for every pick on the host: the count sets the device's cap.
+      std::vector<int32_t> ih(n + 1);
+      std::vector<float> vh(n + 1);
+      int64_t ch = 0, bh = 0;
+      ASSERT_EQ(cpu()->accumulate_select(cpu(), rh.data(), g.data(), n, thr,
+                                         ih.data(), vh.data(), n, &ch, &bh),
+                PGS_OK);
+      for (size_t cap :
+           {static_cast<size_t>(ch), static_cast<size_t>(ch / 2)}) {
+        Dev<float> r(r0), gd(g);
+        Dev<int32_t> idx(cap + 1);
+        Dev<float> val(cap + 1);
+        int64_t c = -1, b = -1;
+        ASSERT_EQ(gpu()->accumulate_select(gpu(), r.get(), gd.get(), n, thr,
+                                           idx.get(), val.get(), cap, &c, &b),
+                  PGS_OK);
+        EXPECT_TRUE(same(r.host(), rh)) << "n " << n << " thr " << thr;
+        EXPECT_EQ(c, ch);
+        EXPECT_EQ(b, bh);
+        if (static_cast<size_t>(ch) <= cap && ch > 0) {
+          ih.resize(ch);
+          vh.resize(ch);
+          EXPECT_TRUE(same(idx.host(0, ch), ih));
+          EXPECT_TRUE(same(val.host(0, ch), vh));
+          ih.resize(n + 1);
+          vh.resize(n + 1);
+        }
+      }
+      // The undo on both.
+      Dev<float> r(rh), gd(g);
+      ASSERT_EQ(gpu()->unaccumulate(gpu(), r.get(), gd.get(), n), PGS_OK);
+      ASSERT_EQ(cpu()->unaccumulate(cpu(), rh.data(), g.data(), n), PGS_OK);
+      EXPECT_TRUE(same(r.host(), rh)) << "undo, n " << n;
+    }
+  }
+}
+
+TEST_F(CudaFused, ShiftLocateAndSyncCount) {
+  std::vector<int32_t> idx = sorted_subset(20000, 1 << 24, 41);
+  const std::vector<int64_t> keys = {0, 5, 1 << 20, 1 << 23, 1 << 24};
+  std::vector<int64_t> ph(keys.size()), pd(keys.size());
+  Dev<int32_t> d(idx);
+  ASSERT_EQ(cpu()->locate(cpu(), idx.data(), idx.size(), keys.data(),
+                          static_cast<int>(keys.size()), ph.data()),
+            PGS_OK);
+  const uint64_t s0 = gpu()->host_syncs(gpu());
+  ASSERT_EQ(gpu()->locate(gpu(), d.get(), idx.size(), keys.data(),
+                          static_cast<int>(keys.size()), pd.data()),
+            PGS_OK);
+  EXPECT_EQ(gpu()->host_syncs(gpu()) - s0, 1u) << "one read back";
+  EXPECT_EQ(pd, ph);
+  ASSERT_EQ(gpu()->shift_idx(gpu(), d.get(), idx.size(), -12345), PGS_OK);
+  ASSERT_EQ(cpu()->shift_idx(cpu(), idx.data(), idx.size(), -12345), PGS_OK);
+  EXPECT_TRUE(same(d.host(), idx));
+}
+
+}  // namespace
+}  // namespace cuda_test
