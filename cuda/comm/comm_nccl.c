@@ -30,6 +30,8 @@ static ncclDataType_t nccl_type(pgs_dtype_t t) {
   switch (t) {
     case PGS_INT64: return ncclInt64;
     case PGS_FLOAT64: return ncclFloat64;
+    case PGS_FLOAT16: return ncclFloat16;
+    case PGS_BFLOAT16: return ncclBfloat16;
     default: return ncclFloat32;
   }
 }

@@ -35,13 +35,16 @@ void check_reduce_op(RedOp op, const at::Tensor& t, const char* what) {
 
 namespace {
 
-// The transport reduces these natively; everything else goes through an
-// allgather and a local torch reduction.
+// The transport reduces these natively (every transport: MPI with its own
+// fp16/bf16 operations, gloo, NCCL); everything else goes through an
+// allgather and a local torch reduction (P times the traffic).
 std::optional<pgs_dtype_t> native_dtype(at::ScalarType s) {
   switch (s) {
     case at::kFloat: return PGS_FLOAT32;
     case at::kDouble: return PGS_FLOAT64;
     case at::kLong: return PGS_INT64;
+    case at::kHalf: return PGS_FLOAT16;
+    case at::kBFloat16: return PGS_BFLOAT16;
     default: return std::nullopt;
   }
 }

@@ -46,6 +46,8 @@ at::ScalarType scalar_of(pgs_dtype_t t) {
   switch (t) {
     case PGS_INT64: return at::kLong;
     case PGS_FLOAT64: return at::kDouble;
+    case PGS_FLOAT16: return at::kHalf;
+    case PGS_BFLOAT16: return at::kBFloat16;
     default: return at::kFloat;
   }
 }

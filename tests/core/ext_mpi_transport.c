@@ -272,6 +272,9 @@ static int ext_combine(const void *lo, const void *hi, void *out, size_t n,
     case PGS_INT64: EXT_COMBINE(int64_t, lo, hi, out, n, op); return PGS_OK;
     case PGS_FLOAT32: EXT_COMBINE(float, lo, hi, out, n, op); return PGS_OK;
     case PGS_FLOAT64: EXT_COMBINE(double, lo, hi, out, n, op); return PGS_OK;
+    /* Left out on purpose: an embedder's transport may lack 16-bit types. */
+    case PGS_FLOAT16:
+    case PGS_BFLOAT16: return PGS_ERR_UNSUPPORTED;
   }
   return PGS_ERR_UNSUPPORTED;
 }
@@ -329,7 +332,11 @@ static int ext_allreduce(void *impl, void *buf, size_t count, pgs_dtype_t dtype,
                          pgs_redop_t op) {
   ext_mpi_t *x = impl;
   const size_t esize = pgs_dtype_size(dtype);
-  if (esize == 0) return PGS_ERR_UNSUPPORTED;
+  /* Refused before any message, on every rank alike: a rank that found out
+   * mid-exchange would leave its partner waiting. */
+  if (esize == 0 || dtype == PGS_FLOAT16 || dtype == PGS_BFLOAT16 ||
+      (op != PGS_SUM && op != PGS_MAX && op != PGS_MIN))
+    return PGS_ERR_UNSUPPORTED;
   if (count == 0) return PGS_OK;
   const size_t piece = ext_min(count, EXT_REDUCE_ELEMS);
   char *scratch =

@@ -1,6 +1,9 @@
 // Both transports (Open MPI and the ext test transport) over MPI_COMM_WORLD.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "comm_test_util.h"
 
 namespace {
@@ -224,6 +227,56 @@ TEST_P(CommTransport, AllreduceEveryDtypeOpAndPlane) {
       check_allreduce<int64_t>(comm(), PGS_INT64, op, host);
       check_allreduce<float>(comm(), PGS_FLOAT32, op, host);
       check_allreduce<double>(comm(), PGS_FLOAT64, op, host);
+    }
+  }
+}
+
+// fp16 and bf16 bits of small integers (exact in both: |x| <= 16, sums of at
+// most 8 ranks within 128) and of +-Inf.
+uint16_t f16_bits(float v) {
+  if (std::isinf(v)) return v > 0 ? 0x7c00 : 0xfc00;
+  if (v == 0.0f) return 0;
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  const uint32_t e = ((u >> 23) & 0xff) - 112, m = (u >> 13) & 0x3ff;
+  return static_cast<uint16_t>(((u >> 16) & 0x8000) | (e << 10) | m);
+}
+uint16_t bf16_bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return static_cast<uint16_t>(u >> 16);  // exact for these values
+}
+float half_input(int r, size_t i) {
+  if (i == 5) return r == 0 ? INFINITY : 1.0f;  // max: Inf, sum: Inf
+  return static_cast<float>(static_cast<int>((r * 7 + i * 3) % 33) - 16);
+}
+
+// The MPI transport reduces fp16 and bf16 with its own operations (each pair
+// in fp32, rounded once), exactly on data whose sums are exact; the test
+// transport (a stand-in for an embedder's) leaves them unsupported. The
+// shim's transport over gloo and NCCL reduce them natively; the pytest
+// collectives check those against gloo.
+TEST_P(CommTransport, AllreduceSixteenBitFloats) {
+  const int p = size_, r = rank_;
+  constexpr size_t kCount = 41;
+  for (pgs_dtype_t dtype : {PGS_FLOAT16, PGS_BFLOAT16}) {
+    auto bits = dtype == PGS_FLOAT16 ? f16_bits : bf16_bits;
+    EXPECT_EQ(pgs_dtype_size(dtype), 2u);
+    for (pgs_redop_t op : {PGS_SUM, PGS_MAX, PGS_MIN}) {
+      std::vector<uint16_t> buf(kCount), want(kCount);
+      for (size_t i = 0; i < kCount; ++i) {
+        float w = half_input(0, i);
+        for (int q = 1; q < p; ++q) w = combine(w, half_input(q, i), op);
+        buf[i] = bits(half_input(r, i));
+        want[i] = bits(w);
+      }
+      const int st = pgs_comm_allreduce(comm(), buf.data(), kCount, dtype, op);
+      if (GetParam() == Transport::kExt) {
+        EXPECT_EQ(st, PGS_ERR_UNSUPPORTED);
+        continue;
+      }
+      ASSERT_EQ(st, PGS_OK) << "dtype " << dtype << " op " << op;
+      EXPECT_EQ(buf, want) << "dtype " << dtype << " op " << op;
     }
   }
 }

@@ -27,8 +27,10 @@ TEST(CommTypes, DtypeSize) {
   EXPECT_EQ(pgs_dtype_size(PGS_INT64), 8u);
   EXPECT_EQ(pgs_dtype_size(PGS_FLOAT32), 4u);
   EXPECT_EQ(pgs_dtype_size(PGS_FLOAT64), 8u);
-  // 3 is the only out-of-enum value C++ can form for this enum.
-  EXPECT_EQ(pgs_dtype_size(static_cast<pgs_dtype_t>(3)), 0u);
+  EXPECT_EQ(pgs_dtype_size(PGS_FLOAT16), 2u);
+  EXPECT_EQ(pgs_dtype_size(PGS_BFLOAT16), 2u);
+  // 5..7 are the out-of-enum values C++ can form for this enum (0..7).
+  EXPECT_EQ(pgs_dtype_size(static_cast<pgs_dtype_t>(7)), 0u);
 }
 
 // ---- pgs_comm_create ------------------------------------------------------
@@ -327,7 +329,7 @@ TEST(CommValidation, InvalidArgumentsNeverReachTheTransport) {
 
   // Reductions: dtype, op, NULL buffer.
   for (auto fn : {pgs_comm_allreduce, pgs_comm_allreduce_host}) {
-    EXPECT_EQ(fn(cc, b.data(), 2, static_cast<pgs_dtype_t>(3), PGS_SUM),
+    EXPECT_EQ(fn(cc, b.data(), 2, static_cast<pgs_dtype_t>(7), PGS_SUM),
               PGS_ERR_INVALID);
     EXPECT_EQ(fn(cc, b.data(), 2, PGS_FLOAT32, static_cast<pgs_redop_t>(3)),
               PGS_ERR_INVALID);

@@ -47,12 +47,23 @@ def test_outputs_written(run):
 def test_every_algorithm_present(run):
     _, data, log = run
     algos = {r["algo"] for r in data["rows"]}
-    assert algos == {*ALGOS, "gloo"}, log
+    assert algos == {*ALGOS, "gloo", "stream"}, log
     for r in data["rows"]:
         assert r["n"] == N and r["P"] == P
         assert r["median_s"] > 0 and r["min_s"] <= r["median_s"] <= r["max_s"]
         assert len(r["calls"]) == 3
         assert r["vs_gloo"] > 0
+
+
+def test_stream_floor(run):
+    """The floor row: a pass over the bucket on every rank, moving nothing,
+    timed like the calls (the same number of calls, a time each)."""
+    _, data, _ = run
+    rows = {r["algo"]: r for r in data["rows"]}
+    floor = rows["stream"]
+    assert floor["words_sent_max"] == 0 and floor["k"] == N and floor["density"] is None
+    assert len(floor["calls"]) == len(rows["oktopk"]["calls"])
+    assert all(c["time_s"] > 0 for c in floor["calls"])
 
 
 def test_words(run):

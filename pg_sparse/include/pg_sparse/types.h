@@ -20,6 +20,8 @@ typedef enum pgs_dtype {
   PGS_INT64 = 0,
   PGS_FLOAT32 = 1,
   PGS_FLOAT64 = 2,
+  PGS_FLOAT16 = 3,  /**< IEEE binary16; reduced in fp32, rounded to nearest */
+  PGS_BFLOAT16 = 4, /**< bfloat16; likewise */
 } pgs_dtype_t;
 
 /** Reductions the transports support. */

@@ -20,6 +20,8 @@
 
 #include <pg_sparse/comm_mpi.h>
 
+#include "comm/mpi_half.h"
+
 /* Open MPI's extensions declare MPIX_Query_cuda_support where built in. */
 #if defined(__has_include)
 #if __has_include(<mpi-ext.h>)
@@ -77,6 +79,7 @@ typedef struct pgs_mpi {
   int *counts; /* allgatherv counts and displacements as MPI ints */
   int *displs;
   pgs_mpi_slot_t slots[PGS_COMM_SLOTS];
+  pgs_mpi_half_ops_t half; /* fp16/bf16 reductions of this communicator */
 } pgs_mpi_t;
 
 /* dtype and op tables: designated by our enum values, so their order cannot
@@ -104,8 +107,12 @@ static const pgs_mpi_op_entry_t pgs_mpi_ops[] = {
     [PGS_MIN] = {1, MPI_MIN},
 };
 
-static int pgs_mpi_lookup(pgs_dtype_t dtype, pgs_redop_t op, MPI_Datatype *type,
-                          MPI_Op *mop) {
+static int pgs_mpi_lookup(const pgs_mpi_t *m, pgs_dtype_t dtype, pgs_redop_t op,
+                          MPI_Datatype *type, MPI_Op *mop) {
+  if (dtype == PGS_FLOAT16 || dtype == PGS_BFLOAT16) {
+    *type = MPI_UINT16_T; /* the bits; the user operation knows the type */
+    return pgs_mpi_half_lookup(&m->half, dtype, op, mop);
+  }
   const size_t d = (size_t)dtype, o = (size_t)op;
   if (d >= sizeof(pgs_mpi_dtypes) / sizeof(pgs_mpi_dtypes[0]) ||
       !pgs_mpi_dtypes[d].ok)
@@ -334,7 +341,7 @@ static int pgs_mpi_allreduce(void *impl, void *buf, size_t count,
   pgs_mpi_t *m = impl;
   MPI_Datatype type;
   MPI_Op mop;
-  int status = pgs_mpi_lookup(dtype, op, &type, &mop);
+  int status = pgs_mpi_lookup(m, dtype, op, &type, &mop);
   if (status != PGS_OK) return status;
   const size_t esize = pgs_dtype_size(dtype);
   char *p = buf;
@@ -398,6 +405,7 @@ static void pgs_mpi_destroy(void *impl) {
   if (!finalized) {
     for (int i = 0; i < PGS_COMM_SLOTS; ++i) pgs_mpi_slot_abandon(&m->slots[i]);
     if (m->comm != MPI_COMM_NULL) (void)MPI_Comm_free(&m->comm);
+    pgs_mpi_half_ops_free(&m->half);
   }
   for (int i = 0; i < PGS_COMM_SLOTS; ++i) free(m->slots[i].reqs);
   free(m->counts);
@@ -508,6 +516,8 @@ int pgs_comm_mpi_create_mem(MPI_Comm mpi_comm, pgs_mem_t mem,
     PGS_MPI_CHECK_GOTO(MPI_Comm_rank(dup, &m->rank), local, fail_local);
     PGS_MPI_CHECK_GOTO(MPI_Comm_size(dup, &m->size), local, fail_local);
     local = pgs_mpi_alloc_arrays(m);
+    if (local != PGS_OK) goto fail_local;
+    local = pgs_mpi_half_ops_create(&m->half);
     if (local != PGS_OK) goto fail_local;
     /* m->comm stays MPI_COMM_NULL for now, so that if this fails and
      * destroys m, dup survives for the agreement. */

@@ -50,6 +50,7 @@ from .common import (
 SPARSE_ALGOS = ("topka", "topkdsa", "gtopk", "gaussiank", "oktopk")
 ALL_ALGOS = ("dense", *SPARSE_ALGOS)
 BASELINE = "gloo"  # torch's dense allreduce on an inner gloo group
+STREAM = "stream"  # r.add_(g) on each rank: the memory floor of a call
 DEFAULT_SIZES = "1M,4M,16M,64M,128M"
 DEFAULT_DENSITIES = "0.001,0.01,0.05"
 # Per-call fields gathered from every rank (max over ranks).
@@ -227,6 +228,24 @@ class _Rank:
         self.dist.all_reduce(local, op=self.dist.ReduceOp.MAX, group=self.gloo)
         return [dict(zip(FIELDS, row)) for row in local.tolist()]
 
+    def stream_floor(self, n: int, grads: list[Any], warmup: int,
+                     repeats: int) -> dict[str, Any]:
+        """The memory floor of a call on this rank, timed like one: a single
+        pass reading g and r and writing r (``r.add_(g)``), 12 bytes a value,
+        what the fused pass of a sparse call cannot go below."""
+        r = self.torch.empty(n, device=self.device)
+        g = grads[0]
+        per_call = self.measure(lambda b: b.add_(g), dict, r, grads, warmup + repeats)
+        times = sorted(c["time_s"] for c in per_call[warmup:])
+        w = dense_words(n, self.size)
+        return {"algo": STREAM, "n": n, "density": None, "k": n, "P": self.size,
+                "median_s": _median(times), "min_s": times[0], "max_s": times[-1],
+                "first_s": per_call[0]["time_s"], "exact_median_s": None,
+                "words_sent": 0.0, "words_sent_max": 0.0, "words_dense": w,
+                "words_lower_bound": 0.0, "words_upper_bound": 0.0,
+                "first_words_sent": 0.0, "words_vs_upper": 0.0, "words_vs_dense": 0.0,
+                "warmup": warmup, "repeats": repeats, "calls": per_call}
+
     def case(self, algo: str, n: int, density: float | None, grads: list[Any],
              warmup: int, repeats: int) -> dict[str, Any]:
         import pg_sparse
@@ -306,13 +325,14 @@ def _rank_main(args: argparse.Namespace) -> int:
         print(ctx.line(), flush=True)
     rows: list[dict[str, Any]] = []
     for n in sizes:
-        cases: list[tuple[str, float | None]] = [(BASELINE, None)]
+        cases: list[tuple[str, float | None]] = [(BASELINE, None), (STREAM, None)]
         cases += [("dense", None)] if "dense" in algos else []
         cases += [(a, d) for d in densities for a in algos if a != "dense"]
         base = None
         grads = me.grads(n)
         for algo, d in cases:
-            row = me.case(algo, n, d, grads, args.warmup, args.repeats)
+            row = (me.stream_floor(n, grads, args.warmup, args.repeats) if algo == STREAM
+                   else me.case(algo, n, d, grads, args.warmup, args.repeats))
             if algo == BASELINE:
                 base = row["median_s"]
             row["vs_gloo"] = row["median_s"] / base if base else None
@@ -353,6 +373,8 @@ def _write(args: argparse.Namespace, ctx: Context, rows: list[dict[str, Any]],
         f"of {args.repeats} timed calls (each the slowest rank's time). Words: the largest "
         "words_sent of any rank; for dense rows the bounds are the ring volume "
         "2n(P-1)/P. `x gloo`: time over torch's gloo allreduce of the same n in this run. "
+        "`stream`: one pass reading g and r and writing r (`r.add_(g)`) on every rank, "
+        "the memory floor a call's fused pass cannot beat. "
         "`first call`: the first sparse step (exact thresholds, first repartition).",
         "", markdown_table(rows, cols, heads)])
     _plot(rows, ctx, out, densities)
