@@ -9,6 +9,9 @@
 #   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
 #   bash tests/run_gpu_tests.sh allreduce Ok-Topk etc. vs NCCL dense, 2 GPUs
 #   bash tests/run_gpu_tests.sh python    the backend on CUDA: pytest, torchrun, 2 GPUs
+#                                         (and the one-GPU checks, world size 1)
+#   bash tests/run_gpu_tests.sh one       only the one-GPU checks (any GPU)
+#   bash tests/run_gpu_tests.sh hook      what each hook adds to a DDP step, 1 GPU
 #   bash tests/run_gpu_tests.sh ext       build the extension in place (python does)
 #   bash tests/run_gpu_tests.sh p2p       send/recv of CUDA tensors vs NCCL, 2 GPUs
 # With no argument: build kernels algos python. Logs go to $OUT (or build-gpu/logs).
@@ -76,7 +79,23 @@ step_ext() {
 step_python() {
   step_ext || return 1
   PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda.py" \
-    -q 2>&1 | tee "$logs/pytest_cuda.log" | tail -15
+    "$root/tests/python/test_cuda_one.py" -q 2>&1 | tee "$logs/pytest_cuda.log" | tail -15
+  return "${PIPESTATUS[0]}"
+}
+
+# The hook path at world size 1: CUDA buckets vs CPU buckets (any GPU).
+step_one() {
+  step_ext || return 1
+  PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda_one.py" \
+    -q 2>&1 | tee "$logs/pytest_cuda_one.log" | tail -15
+  return "${PIPESTATUS[0]}"
+}
+
+# What each hook adds to a DDP step of the 25.2M model on one GPU, against
+# NCCL DDP and torch's hooks in the same run (after `ext`).
+step_hook() {
+  PYTHONPATH="$root/python" timeout 300 torchrun --nproc_per_node=1 \
+    "$root/cuda/bench/bench_hook.py" --out "$logs" 2>&1 | tee "$logs/hook_bench.txt"
   return "${PIPESTATUS[0]}"
 }
 
