@@ -31,7 +31,8 @@ class SparseState:
             >= 1: DDP rebuilds its buckets after the first iteration, and a
             dense first call leaves no residual to misplace.
         tau: Ok-Topk repartitions its regions every ``tau`` sparse steps.
-        tau_prime: exact thresholds every ``tau_prime`` sparse steps.
+        tau_prime: Ok-Topk's exact global threshold every ``tau_prime`` sparse
+            steps (the local threshold is exact on every call).
         check_finite: NaN/Inf in any rank's bucket raises on every rank.
         process_group: the group to reduce over (default: the world).
         momentum: DGC's momentum correction (Lin et al., ICLR'18): each rank
@@ -306,7 +307,7 @@ class SparseState:
                  ("n", "k", "global_selected", "words_sent", "words_recv",
                   "bytes_sent", "bytes_recv", "time_s", "time_select_s",
                   "time_reduce_s", "time_gather_s", "words_upper_bound",
-                  "words_lower_bound")}
+                  "words_lower_bound", "transport_calls", "host_syncs")}
         total["density"] = total["global_selected"] / total["n"] if total["n"] else 0.0
         return total
 
