@@ -9,7 +9,7 @@
 #   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
 #   bash tests/run_gpu_tests.sh allreduce Ok-Topk etc. vs NCCL dense, 2 GPUs
 #   bash tests/run_gpu_tests.sh python    the backend on CUDA: pytest, torchrun, 2 GPUs
-#                                         (and the one-GPU checks, world size 1)
+#                                         (and the one-GPU checks)
 #   bash tests/run_gpu_tests.sh one       only the one-GPU checks (any GPU)
 #   bash tests/run_gpu_tests.sh hook      what each hook adds to a DDP step, 1 GPU
 #   bash tests/run_gpu_tests.sh ext       build the extension in place (python does)
@@ -83,7 +83,8 @@ step_python() {
   return "${PIPESTATUS[0]}"
 }
 
-# The hook path at world size 1: CUDA buckets vs CPU buckets (any GPU).
+# The hook path on one GPU: CUDA buckets vs CPU buckets at world size 1 and
+# with 2-3 ranks sharing the GPU over staged Open MPI (any GPU).
 step_one() {
   step_ext || return 1
   PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda_one.py" \

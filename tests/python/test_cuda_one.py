@@ -1,6 +1,7 @@
-"""The hook path on a single GPU (world size 1): CUDA buckets against CPU
-buckets on the same data, so the GPU path is tested whenever any GPU is lent.
-Skips without a GPU (or with a CPU torch)."""
+"""The hook path on a single GPU: CUDA buckets against CPU buckets on the same
+data at world size 1 (torchrun) and with 2 and 3 ranks sharing the GPU over
+the staged Open MPI transport (mpirun), so the GPU path is tested whenever
+any GPU is lent. Skips without a GPU (or with a CPU torch)."""
 
 import pytest
 import torch
@@ -11,7 +12,14 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 CHECKS = [f"{kind}_{a}" for a in ALGOS for kind in ("bucket_parity", "nonfinite", "ddp_twin")]
 
 
+STAGED = {"NCCL_NVLS_ENABLE": "0", "PG_SPARSE_CUDA_TRANSPORT": "mpi-staged"}
+CONFIGS = {"ws1": ("torchrun", 1, {"NCCL_NVLS_ENABLE": "0"}),
+           "shared2-staged": ("mpirun", 2, STAGED),
+           "shared3-staged": ("mpirun", 3, STAGED)}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("check", CHECKS)
-def test_cuda_one_gpu(jobs, check):
-    jobs.get("torchrun", "cuda_one.py", 1, env={"NCCL_NVLS_ENABLE": "0"},
-             timeout=300).check(check)
+def test_cuda_one_gpu(jobs, config, check):
+    launcher, nproc, env = CONFIGS[config]
+    jobs.get(launcher, "cuda_one.py", nproc, env=env, timeout=300).check(check)

@@ -1,8 +1,10 @@
-"""The hook path on one GPU, world size 1 (runs wherever any GPU is lent):
-every algorithm's bucket on a CUDA tensor against the same bucket on a CPU
-tensor, call by call on the same data (outputs, residuals and statistics
-must agree exactly, as the C-level parity tests find), a NaN failing both
-alike, and DDP on CUDA with each hook against the hook's CPU twin."""
+"""The hook path on one GPU (runs wherever any GPU is lent): every rank on
+cuda:0, at world size 1 under torchrun or 2-3 ranks sharing the GPU under
+mpirun over the staged Open MPI transport (NCCL refuses two ranks on one
+device). Every algorithm's bucket on a CUDA tensor against the same bucket
+on a CPU tensor, call by call on the same data (outputs, residuals and
+statistics must agree exactly, as the C-level parity tests find), a NaN
+failing both alike, and DDP on CUDA with each hook against its CPU twin."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def main() -> None:
     rec = Recorder(args.out, rank, size)
 
     def grad(n: int, step: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(1000 + step)
+        g = torch.Generator().manual_seed(1000 + step + 7919 * rank)
         x = torch.randn(n, generator=g)
         if step % 3 == 2:  # ties and zeros, as the C parity tests use
             x = (x * 4).round() / 4
@@ -92,7 +94,8 @@ def main() -> None:
                 ddp = DDP(model, device_ids=[0] if d == dev else None)
                 ddp.register_comm_hook(pg_sparse.SparseState(density=1.0, warmup_steps=0),
                                        pg_sparse.hooks.HOOKS[algo])
-                x = torch.randn(16, 64, generator=torch.Generator().manual_seed(3)).to(d)
+                x = torch.randn(16, 64, generator=torch.Generator().manual_seed(3 + rank))
+                x = x.to(d)
                 ddp(x).square().mean().backward()
                 grads[str(d)] = torch.cat([p.grad.flatten().cpu() for p in model.parameters()])
             a, b = grads.values()
