@@ -600,6 +600,14 @@ TEST(BucketConfig, RejectsBadConfiguration) {
   c.struct_size = 8;
   EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
             PGS_ERR_INVALID);
+  // An ops table that lacks a function (an embedder's, written against an
+  // older header) is refused at creation, never called.
+  c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+  pgs_ops_t partial = *pgs_ops_cpu();
+  partial.accumulate_select = nullptr;
+  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), &partial, 100, &b),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(b, nullptr);
 }
 
 TEST(BucketConfig, AlgorithmNamesRoundTrip) {

@@ -95,7 +95,8 @@ typedef struct pgs_stats {
 typedef struct pgs_bucket pgs_bucket_t;
 
 /** Create the state for a bucket of @p n fp32 values. Not collective.
- *  @p comm and @p ops must share a memory space and outlive the bucket. */
+ *  @p comm and @p ops must share a memory space and outlive the bucket;
+ *  @p ops must set every function (PGS_ERR_INVALID otherwise). */
 int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
                       const pgs_ops_t *ops, size_t n, pgs_bucket_t **out);
 void pgs_bucket_destroy(pgs_bucket_t *bucket);

@@ -60,6 +60,17 @@ static int check_config(const pgs_config_t *c, size_t n) {
   return PGS_OK;
 }
 
+/* Every op the driver and the algorithms call; an embedder's table that
+ * lacks one is refused here rather than crashing in a call. */
+static int ops_complete(const pgs_ops_t *o) {
+  return o->alloc && o->free && o->copy && o->fill_zero && o->sync &&
+         o->accumulate && o->scale && o->count_nonfinite && o->mean_std &&
+         o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
+         o->select_pairs && o->gather && o->zero_at && o->scatter_add &&
+         o->zero_common && o->merge_pairs && o->accumulate_select &&
+         o->unaccumulate && o->shift_idx && o->locate && o->host_syncs;
+}
+
 static int64_t target_k(double density, size_t n) {
   double k = floor(density * (double)n + 0.5);
   if (k < 1.0) k = 1.0;
@@ -74,7 +85,8 @@ int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
   *out = NULL;
   int st = check_config(config, n);
   if (st != PGS_OK) return st;
-  if (pgs_comm_mem(comm) != ops->mem) return PGS_ERR_INVALID;
+  if (pgs_comm_mem(comm) != ops->mem || !ops_complete(ops))
+    return PGS_ERR_INVALID;
 
   pgs_bucket_t *b = calloc(1, sizeof(*b));
   if (b == NULL) return PGS_ERR_NO_MEMORY;

@@ -185,6 +185,16 @@ static int plan_list(pgs_bucket_t *b, pgs_split_t *s) {
  * dense scatter-add uses. */
 static int merge_block(pgs_bucket_t *b, pgs_split_t *s, int32_t *blk,
                        int64_t c) {
+  if (s->lm == 0) {
+    /* Merging into nothing is a copy, and its count is known here: no
+     * count to read back from the device. */
+    int st = b->ops->copy(b->ops, s->lidx, blk, (size_t)c * 4, PGS_COPY_SAME);
+    if (st == PGS_OK)
+      st = b->ops->copy(b->ops, s->lval, pgs_block_val(blk, c), (size_t)c * 4,
+                        PGS_COPY_SAME);
+    if (st == PGS_OK) s->lm = c;
+    return st;
+  }
   pgs_buf_t *other = s->lidx == (int32_t *)s->la.ptr ? &s->lb : &s->la;
   int32_t *oidx = other->ptr;
   float *oval = (float *)(oidx + s->lcap);
@@ -290,7 +300,8 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
   /* Our own contribution first, then sources r-1, r-2, ...: a fixed order. */
   st = reduce_block(b, s, block_at(&s->send, s->off, r), s->m[r]);
   if (st != PGS_OK) return st;
-  if (P == 1) return s->as_list ? check_list(b, s) : PGS_OK;
+  /* Alone, the list is our own selection: nothing came from a peer. */
+  if (P == 1) return PGS_OK;
   st = post_batch(b, s, 1, 0);
   for (int first = 1, i = 0; first < P && st == PGS_OK; ++i) {
     int next = batch_end(s, first);
