@@ -314,6 +314,39 @@ TEST_P(AlgoTest, NonFiniteAfterFirstCallFailsEverywhere) {
   }
 }
 
+// Without check_finite nothing fails: a sparse call drops the non-finite
+// entry (never added to the residual, so the residual stays finite and the
+// rest of the call is exact), a dense call reduces it as it is (NaN there
+// on every rank, as DDP's own allreduce would give).
+TEST_P(AlgoTest, UncheckedNonFiniteIsDroppedOrReduced) {
+  const size_t n = 500;
+  pgs_config_t cfg = make_config(algo(), 0.1, 0);
+  cfg.check_finite = 0;
+  Runner run(transport(), cfg, n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 3; ++step) {
+    auto g = normal_data(n, 64, world_rank(), step);
+    const bool bad_rank = world_rank() == world_size() - 1;
+    const std::vector<float> kept = bad_rank ? run.resid : std::vector<float>{};
+    if (bad_rank) g[17] = NAN;
+    ASSERT_TRUE(run.step_all(g)) << "step " << step;
+    const bool dense = algo() == PGS_ALGO_DENSE;
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(std::isfinite(run.resid[i])) << "step " << step << " i " << i;
+      if (!dense || i != 17) {
+        EXPECT_TRUE(std::isfinite(run.out[i])) << "step " << step << " i " << i;
+      }
+    }
+    if (dense) {
+      EXPECT_TRUE(std::isnan(run.out[17])) << "step " << step;
+    } else if (bad_rank && step > 0) {
+      // Entry 17 kept what it had: nothing was added to it.
+      EXPECT_TRUE(run.resid[17] == kept[17] || run.resid[17] == 0.0f)
+          << "step " << step;
+    }
+  }
+}
+
 // Transport calls of a steady call (no threshold recompute, no
 // repartition), by algorithm and P, never by n: exchange batches of four
 // steps in phase 1 (B), the tree's swaps for gTop-k. The settings check runs

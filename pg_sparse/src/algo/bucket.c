@@ -327,7 +327,7 @@ int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st == PGS_OK)
     st = ops->accumulate_select(ops, out, b->resid, b->n, INFINITY, NULL, NULL,
                                 0, &none, &bad);
-  if (st == PGS_OK && bad > 0) st = poison(b, out);
+  if (st == PGS_OK && bad > 0 && b->cfg.check_finite) st = poison(b, out);
   if (st != PGS_OK) return st;
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
   st = reduce_checked(b, out);
