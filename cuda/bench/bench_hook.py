@@ -123,7 +123,7 @@ def main() -> int:
     torch.cuda.set_device(dev)
     dist.init_process_group(backend="sparse")
     nccl = dist.new_group(backend="nccl")
-    x = torch.randn(256, 2048, device=dev, generator=None)
+    x = torch.randn(256, 2048, device=dev)
     methods = ["compute", "nccl", "bf16", "powersgd", *SPARSE]
     times: dict[str, list[float]] = {m: [] for m in methods}
     steps = {m: stepper(wrap(m, dev, nccl, args.density), x) for m in methods}

@@ -73,9 +73,9 @@ extern const pgs_algo_vtable_t pgs_algo_oktopk;
  *  and open @p phase; PGS_PHASE_COUNT just closes. */
 void pgs_phase_enter(pgs_bucket_t *b, int phase);
 
-/** r += grad, counting |r| >= thr when @p n_ge is not NULL. */
-int pgs_accumulate(pgs_bucket_t *b, const float *grad, float thr,
-                   int64_t *n_ge);
+/** r += grad (non-finite sums skipped and flagged for the call, see
+ *  pgs_flag_settle): the fused pass with nothing to list. */
+int pgs_accumulate(pgs_bucket_t *b, const float *grad);
 
 /** r += grad in the fused pass that also counts non-finite sums (for the
  *  per-call flag) and writes the first @p cap entries with |r| >= thr into

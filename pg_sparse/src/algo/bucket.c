@@ -60,8 +60,9 @@ static int check_config(const pgs_config_t *c, size_t n) {
   return PGS_OK;
 }
 
-/* Every op the driver and the algorithms call; an embedder's table that
- * lacks one is refused here rather than crashing in a call. */
+/* Every function of the table (bucket.h asks for a complete one): an
+ * embedder's table that lacks one is refused here rather than crashing in a
+ * call. */
 static int ops_complete(const pgs_ops_t *o) {
   return o->alloc && o->free && o->copy && o->fill_zero && o->sync &&
          o->accumulate && o->scale && o->count_nonfinite && o->mean_std &&
@@ -220,14 +221,10 @@ int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
   return st;
 }
 
-int pgs_accumulate(pgs_bucket_t *b, const float *grad, float thr,
-                   int64_t *n_ge) {
-  int64_t count = 0;
-  /* +Inf selects nothing: the pass then only adds and checks. */
-  int st = pgs_accumulate_select(b, grad, n_ge != NULL ? thr : INFINITY, NULL,
-                                 NULL, 0, &count);
-  if (n_ge != NULL) *n_ge = count;
-  return st;
+int pgs_accumulate(pgs_bucket_t *b, const float *grad) {
+  int64_t none = 0;
+  /* +Inf selects nothing: the pass only adds and checks. */
+  return pgs_accumulate_select(b, grad, INFINITY, NULL, NULL, 0, &none);
 }
 
 int pgs_flag_settle(pgs_bucket_t *b, int any_negative) {
@@ -273,10 +270,6 @@ static void reset_stats(pgs_bucket_t *b) {
   b->syncs0 = b->ops->host_syncs(b->ops);
 }
 
-/* The dense call on a zero residual: the average of grad alone, as DDP's own
- * allreduce computes it, with no pass over the residual. A non-finite entry
- * on any rank makes the reduced sum non-finite on every rank, so checking the
- * result fails the call everywhere without a control message. */
 /* Sum over ranks, fail on a non-finite result (any rank's NaN/Inf makes
  * the sum non-finite on every rank, so no control message is needed), then
  * scale to the average. */

@@ -50,7 +50,7 @@ static int gaussiank_threshold(pgs_bucket_t *b, float *thr_out, int64_t *gt,
 
 static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
   const pgs_ops_t *ops = b->ops;
-  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  int st = pgs_accumulate(b, grad);
   if (st != PGS_OK) return st;
   float thr = 0.0f;
   int64_t gt = 0, eq = 0;

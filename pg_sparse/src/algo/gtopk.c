@@ -132,7 +132,7 @@ static int find_global_set(pgs_bucket_t *b, gtopk_state_t *s, int64_t *m) {
 static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   gtopk_state_t *s = b->algo_state;
   const pgs_ops_t *ops = b->ops;
-  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  int st = pgs_accumulate(b, grad);
   if (st != PGS_OK) return st;
   st = pgs_buf_reserve(ops, &s->cur, (size_t)b->k * 8);
   if (st != PGS_OK) return st;

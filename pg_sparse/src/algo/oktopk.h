@@ -9,8 +9,9 @@
 
 typedef struct oktopk_state {
   pgs_split_t split;
-  float thr_local;  /* reused between exact steps; < 0 before the first */
-  float thr_global; /* likewise */
+  float thr_local;  /* last exact local threshold (anchors the candidate
+                       list); < 0 before the first */
+  float thr_global; /* reused between exact steps; < 0 before the first */
   int have_bounds;
   float cand_slack;     /* candidate list threshold / last local threshold */
   pgs_buf_t tmp;        /* full local selection at repartition */

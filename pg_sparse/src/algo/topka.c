@@ -5,7 +5,7 @@
 
 static int topka_step(pgs_bucket_t *b, const float *grad, float *out) {
   const pgs_ops_t *ops = b->ops;
-  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  int st = pgs_accumulate(b, grad);
   if (st != PGS_OK) return st;
   st = pgs_buf_reserve(ops, &b->pairs, (size_t)b->k * 8);
   if (st != PGS_OK) return st;

@@ -62,7 +62,7 @@ static int gather_sparse(pgs_bucket_t *b, pgs_split_t *sp, int64_t mine,
 static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   topkdsa_state_t *s = b->algo_state;
   pgs_split_t *sp = &s->split;
-  int st = pgs_accumulate(b, grad, -1.0f, NULL);
+  int st = pgs_accumulate(b, grad);
   if (st != PGS_OK) return st;
   float thr = 0.0f;
   int64_t n_gt = 0, m = 0, capped = 0;

@@ -4,17 +4,12 @@
  * whole bucket: index shifting, region location, the sync counter. */
 #include "cpu_ops_internal.h"
 
-#include <math.h>
 #include <stdbool.h>
 
 /* Entries screened at once: the screen is branch-free and vectorises; only
- * a block holding a pick (about one in seven at density 0.01) or a
- * non-finite sum takes the exact walk. */
+ * a block holding a pick takes the walk (with Ok-Topk's list of 1.3k-2.5k
+ * entries at density 0.01, about a quarter to a third of the blocks). */
 enum { FUSED_BLOCK = 16 };
-
-static inline bool finite_bits(float v) {
-  return (pgs_cpu_abs_bits(v) & 0x7f800000u) != 0x7f800000u;
-}
 
 static inline bool picked(float v, uint32_t tb) {
   uint32_t ab = pgs_cpu_abs_bits(v);
@@ -39,12 +34,11 @@ static inline bool add_block(float *restrict r, const float *restrict g,
   uint32_t any = 0, nb = 0;
   for (size_t i = 0; i < len; ++i) {
     float v = r[i] + g[i];
-    uint32_t ok = pgs_cpu_abs_bits(v) < 0x7f800000u;
+    uint32_t ok = (uint32_t)pgs_cpu_finite(v);
     float nr = ok ? v : r[i];
     r[i] = nr;
-    uint32_t ab = pgs_cpu_abs_bits(nr);
     nb += 1u - ok;
-    any |= (ab >= tb) & (ab != 0u);
+    any |= picked(nr, tb);
   }
   *bad += nb;
   return any != 0;
@@ -102,7 +96,8 @@ int pgs_cpu_unaccumulate(const pgs_ops_t *ops, float *r, const float *g,
                          size_t n) {
   (void)ops;
   if ((r == NULL || g == NULL) && n > 0) return PGS_ERR_INVALID;
-  for (size_t i = 0; i < n; ++i) r[i] = finite_bits(g[i]) ? r[i] - g[i] : r[i];
+  for (size_t i = 0; i < n; ++i)
+    r[i] = pgs_cpu_finite(g[i]) ? r[i] - g[i] : r[i];
   return PGS_OK;
 }
 

@@ -18,6 +18,12 @@ static inline uint32_t pgs_cpu_abs_bits(float x) {
   return b & 0x7fffffffu;
 }
 
+/* Whether x is finite: an exponent of all ones is Inf or NaN. A bit test
+ * stays right under -ffinite-math-only and vectorises. */
+static inline int pgs_cpu_finite(float x) {
+  return pgs_cpu_abs_bits(x) < 0x7f800000u;
+}
+
 /* The kernels that stream over a whole bucket are built twice on x86-64,
  * for AVX2 and for the baseline, and the loader picks one (ifunc), so the
  * library runs on any x86-64 and at full width where it can. */
