@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    zero_common_kernel(float *x, const int32_t *__restrict__ a, size_t na,
+    zero_common_kernel(float *x, const int32_t *__restrict__ a,
+                       const float *__restrict__ a_val, size_t na,
                        long long a_offset, const int32_t *__restrict__ b,
                        size_t nb) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -106,7 +107,8 @@ __global__ void __launch_bounds__(kThreads)
        j < na; j += stride) {
     const long long ai = static_cast<long long>(a[j]) + a_offset;
     const unsigned long long p = lower_bound_i32(b, nb, ai);
-    if (p < nb && b[p] == ai) x[ai] = 0.0f;
+    if (p < nb && b[p] == ai)
+      x[ai] = a_val == nullptr ? 0.0f : x[ai] - a_val[j];
   }
 }
 
@@ -234,7 +236,8 @@ int scatter_add(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
 }
 
 int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
-                size_t na, int32_t a_offset, const int32_t *b, size_t nb) {
+                const float *a_val, size_t na, int32_t a_offset,
+                const int32_t *b, size_t nb) {
   if ((a == nullptr && na > 0) || (b == nullptr && nb > 0))
     return PGS_ERR_INVALID;
   if (na == 0 || nb == 0) return PGS_OK;
@@ -248,9 +251,10 @@ int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
   PGS_RETURN_IF(flags_end(c, dflags, &flags));
   if (flags & kBadIndex) return PGS_ERR_INDEX;
   // Each entry of a looks itself up in b: repeated entries in either list
-  // are handled, as by the host's merge walk.
+  // are handled, as by the host's merge walk (with a_val, a's entries are
+  // distinct: they are one sender's block).
   zero_common_kernel<<<grid_for(c, zero_common_kernel, na, 4), kThreads, 0,
-                       c->stream>>>(x, a, na, a_offset, b, nb);
+                       c->stream>>>(x, a, a_val, na, a_offset, b, nb);
   PGS_LAUNCHED();
   return PGS_OK;
 }

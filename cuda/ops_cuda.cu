@@ -248,6 +248,8 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   t.shift_idx = pgs_cuda::shift_idx;
   t.locate = pgs_cuda::locate;
   t.host_syncs = pgs_cuda::host_syncs;
+  t.to_wire = pgs_cuda::to_wire;
+  t.from_wire = pgs_cuda::from_wire;
   *out = &c->table;
   return PGS_OK;
 }

@@ -276,7 +276,8 @@ int zero_at(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
 int scatter_add(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
                 const float *val, size_t m, float scale);
 int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
-                size_t na, int32_t a_offset, const int32_t *b, size_t nb);
+                const float *a_val, size_t na, int32_t a_offset,
+                const int32_t *b, size_t nb);
 
 int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                       float thr, int32_t *idx, float *val, size_t cap,
@@ -286,6 +287,12 @@ int shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta);
 int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
            const int64_t *keys_host, int nkeys, int64_t *pos_host);
 uint64_t host_syncs(const pgs_ops_t *ops);
+
+// wire_cuda.cu
+int to_wire(const pgs_ops_t *ops, const float *x, size_t m, pgs_dtype_t dtype,
+            void *wire, float *err);
+int from_wire(const pgs_ops_t *ops, const void *wire, size_t m,
+              pgs_dtype_t dtype, float *x);
 }  // namespace pgs_cuda
 
 #endif  // PG_SPARSE_CUDA_OPS_CUDA_INTERNAL_CUH

@@ -53,12 +53,21 @@ void move_to_cuda(SparseBucket::State& s, const std::shared_ptr<CudaSide>& side,
 
 namespace {
 
+pgs_dtype_t wire_dtype_of(const std::string& name) {
+  if (name == "float32") return PGS_FLOAT32;
+  if (name == "float16") return PGS_FLOAT16;
+  if (name == "bfloat16") return PGS_BFLOAT16;
+  TORCH_CHECK_VALUE(false, "pg_sparse: unknown wire type '", name,
+                    "' (float32, float16 or bfloat16)");
+}
+
 std::string describe_failure(int st, int64_t n, const std::string& algo) {
   if (st == PGS_ERR_MISMATCH)
     return "bucket sizes or sparse settings differ across ranks (this rank: "
            "numel " +
            std::to_string(n) + ", algo " + algo +
-           "); every rank must register the same model and SparseState";
+           "); every rank must register the same model and SparseState "
+           "(algo, density, wire_dtype, bucket dtypes)";
   if (st == PGS_ERR_NONFINITE)
     return "a gradient bucket holds NaN or Inf on some rank";
   return "";
@@ -81,6 +90,7 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   c.tau = config.tau;
   c.tau_prime = config.tau_prime;
   c.check_finite = config.check_finite ? 1 : 0;
+  c.wire_dtype = wire_dtype_of(config.wire);
   TORCH_CHECK_VALUE(numel > 0, "pg_sparse: empty bucket");
   state_ = std::make_shared<State>();
   state_->comm = backend_->comm();
@@ -125,8 +135,9 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
 #ifdef PGS_SHIM_CUDA
         if (side && !state->cuda) move_to_cuda(*state, side, n);
 #endif
-        // The C core works in fp32; half buckets go through an fp32 copy
-        // (on the comm stream for GPU buckets: the task runs on it).
+        // The C core computes in fp32; half buckets go through an fp32 copy
+        // (on the comm stream for GPU buckets: the task runs on it), and
+        // their values travel in the config's wire type.
         at::Tensor work = t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
         float* p = work.data_ptr<float>();
         int st = pgs_bucket_allreduce(state->bucket, p, p);

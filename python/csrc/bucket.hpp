@@ -22,6 +22,7 @@ struct BucketConfig {
   int64_t tau = 64;
   int64_t tau_prime = 32;
   bool check_finite = true;
+  std::string wire = "float32";  // float32, float16 or bfloat16
 };
 
 class SparseBucket {

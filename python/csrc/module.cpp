@@ -94,7 +94,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("warmup_steps", &BucketConfig::warmup_steps)
       .def_readwrite("tau", &BucketConfig::tau)
       .def_readwrite("tau_prime", &BucketConfig::tau_prime)
-      .def_readwrite("check_finite", &BucketConfig::check_finite);
+      .def_readwrite("check_finite", &BucketConfig::check_finite)
+      .def_readwrite("wire", &BucketConfig::wire);
 
   py::class_<SparseBucket, std::shared_ptr<SparseBucket>>(m, "SparseBucket")
       .def(py::init<const c10::intrusive_ptr<c10d::Backend>&, int64_t,

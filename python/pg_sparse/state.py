@@ -15,7 +15,10 @@ ALGORITHMS: tuple[str, ...] = ("dense", "topka", "topkdsa", "gtopk",
                                "gaussiank", "oktopk")
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
-                "density_warmup_start")
+                "density_warmup_start", "wire_dtype")
+# Types the values of a sparse message may travel in, by their native names.
+_WIRE_TYPES = {torch.float32: "float32", torch.float16: "float16",
+               torch.bfloat16: "bfloat16"}
 
 
 class SparseState:
@@ -52,6 +55,13 @@ class SparseState:
             most, sends more.
         density_warmup_start: the density of the first sparse call of that
             schedule (default 0.25, DGC's first epoch).
+        wire_dtype: the type the values travel in: ``torch.float32``,
+            ``torch.float16`` or ``torch.bfloat16``; ``None`` (the default)
+            uses the bucket's own dtype, so fp16/bf16 models send half the
+            value bytes. Indices are int32 and the residual fp32 either way;
+            each rank keeps what rounding to the wire type left out in its
+            residual, so nothing is lost. A 16-bit type on an fp32 model
+            trades precision of each message for bytes the same way.
 
     Buckets are keyed by DDP's bucket index; when DDP rebuilds its buckets
     and a bucket's size changes, that bucket starts afresh (with warm-up).
@@ -71,7 +81,8 @@ class SparseState:
                  check_finite: bool = True,
                  process_group: dist.ProcessGroup | None = None,
                  momentum: float = 0.0, nesterov: bool = False,
-                 density_warmup_steps: int = 0, density_warmup_start: float = 0.25) -> None:
+                 density_warmup_steps: int = 0, density_warmup_start: float = 0.25,
+                 wire_dtype: torch.dtype | None = None) -> None:
         if algo is not None and algo not in ALGORITHMS:
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {ALGORITHMS}")
@@ -91,6 +102,10 @@ class SparseState:
                 not 0.0 < density_warmup_start <= 1.0:
             raise ValueError(f"pg_sparse: density_warmup_start must be in (0, 1], "
                              f"got {density_warmup_start!r}")
+        if wire_dtype is not None and wire_dtype not in _WIRE_TYPES:
+            raise TypeError(f"pg_sparse: wire_dtype must be None, torch.float32, "
+                            f"torch.float16 or torch.bfloat16, got {wire_dtype!r}")
+        self.wire_dtype = wire_dtype
         self.algo = algo
         self.density = float(density)
         self.momentum = float(momentum)
@@ -120,8 +135,9 @@ class SparseState:
         self._pinned: set[int] = set()  # bucket indices that keep their layout
 
     # -- native buckets -------------------------------------------------
-    def _config(self) -> Any:
+    def _config(self, tensor: torch.Tensor) -> Any:
         c = _C.BucketConfig()
+        c.wire = _WIRE_TYPES.get(self.wire_dtype or tensor.dtype, "float32")
         c.algo = self.algo or "oktopk"
         c.density = self.density
         c.warmup_steps = self.warmup_steps
@@ -179,7 +195,7 @@ class SparseState:
                     self._pinned.add(index)  # permute from now on
         else:
             b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
-                                self._config())
+                                self._config(tensor))
             self._applied_density.pop(index, None)
             saved = self._take_saved(index, tensor.numel(), layout)
             mine = layout

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "harness.h"
+#include "test_data.h"
 
 namespace pgs_test {
 namespace {
@@ -74,9 +75,10 @@ class Runner {
   int status_ = PGS_ERR_INVALID;
 };
 
-// sum_r resid_r + P * out == sum_r acc_r, elementwise, up to fp32 rounding.
-// Checked on every rank with everyone's data; returns the failing count.
-int conservation_failures(const Runner &run, size_t n) {
+// sum_r resid_r + P * out == sum_r acc_r, elementwise, up to rounding (fp32
+// by default). Checked on every rank with everyone's data; returns the
+// failing count.
+int conservation_failures(const Runner &run, size_t n, double rel = 2e-6) {
   const int P = world_size();
   std::vector<float> acc = allgather(run.acc), res = allgather(run.resid);
   std::vector<float> outs = allgather(run.out);
@@ -90,7 +92,7 @@ int conservation_failures(const Runner &run, size_t n) {
       // Every rank must return the same output.
       if (outs[r * n + i] != run.out[i]) ++bad;
     }
-    if (std::fabs(lhs - rhs) > 2e-6 * mag + 1e-30) ++bad;
+    if (std::fabs(lhs - rhs) > rel * mag + 1e-30) ++bad;
   }
   return bad;
 }
@@ -411,6 +413,135 @@ INSTANTIATE_TEST_SUITE_P(All, AlgoTest,
                                                           Transport::kExt)),
                          param_name);
 
+// ---- values on a narrow wire (fp16, bf16) --------------------------------
+
+using WireParam = std::tuple<pgs_algo_id_t, pgs_dtype_t, Transport>;
+
+class WireTest : public testing::TestWithParam<WireParam> {
+ protected:
+  pgs_algo_id_t algo() const { return std::get<0>(GetParam()); }
+  pgs_dtype_t wire() const { return std::get<1>(GetParam()); }
+  Transport transport() const { return std::get<2>(GetParam()); }
+  pgs_config_t config(double density, int64_t warmup,
+                      pgs_dtype_t wire_dtype) const {
+    pgs_config_t c = make_config(algo(), density, warmup, 8, 4);
+    c.wire_dtype = wire_dtype;
+    return c;
+  }
+  float round(float x) const {
+    return wire() == PGS_FLOAT16 ? pgs_test_data::round_f16(x)
+                                 : pgs_test_data::round_bf16(x);
+  }
+  // Unit roundoff of the wire type: a sum formed in it (dense calls, gTop-k's
+  // values at G) rounds at most once per combine.
+  double eps() const { return wire() == PGS_FLOAT16 ? 0x1p-11 : 0x1p-8; }
+};
+
+std::string wire_name(const testing::TestParamInfo<WireParam> &info) {
+  const char *dt = std::get<1>(info.param) == PGS_FLOAT16 ? "f16" : "bf16";
+  return std::string(pgs_algo_name(std::get<0>(info.param))) + "_" + dt + "_" +
+         transport_name(std::get<2>(info.param));
+}
+
+// Nothing lost on a narrow wire: each rank keeps what rounding its values
+// left out, so the invariant holds to fp32 rounding wherever sums are formed
+// in fp32, and to the wire type's where they are formed in it.
+TEST_P(WireTest, ConservationHolds) {
+  const size_t n = 4099;
+  const int P = world_size();
+  Runner run(transport(), config(0.02, 2, wire()), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 30; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 23, world_rank(), step)));
+    const bool wire_sum = (run.stats.dense || algo() == PGS_ALGO_GTOPK) &&
+                          transport() == Transport::kMpi;
+    const double rel = wire_sum && P > 1 ? eps() * P : 2e-6;
+    EXPECT_EQ(conservation_failures(run, n, rel), 0) << "step " << step;
+    if (P > 1) continue;
+    // Alone, the output is exactly what the wire carried.
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += round(run.out[i]) != run.out[i];
+    EXPECT_EQ(bad, 0) << "step " << step;
+  }
+}
+
+// The same first call on an fp32 and a narrow wire: the value bytes halve,
+// so a pair costs 6 bytes instead of 8 and a dense value 2 instead of 4.
+TEST_P(WireTest, ValuesTakeHalfTheBytes) {
+  const int P = world_size();
+  if (P == 1) GTEST_SKIP() << "no data moves at P = 1";
+  const size_t n = 6007;
+  Runner wide(transport(), config(0.05, 0, PGS_FLOAT32), n);
+  Runner narrow(transport(), config(0.05, 0, wire()), n);
+  ASSERT_TRUE(all_ranks(wide.ok() && narrow.ok()));
+  auto g = normal_data(n, 41, world_rank(), 0);
+  ASSERT_TRUE(wide.step_all(g));
+  ASSERT_TRUE(narrow.step_all(g));
+  int64_t w32 = 0, w16 = 0;
+  for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
+    w32 += wide.stats.words_sent[p];
+    w16 += narrow.stats.words_sent[p];
+  }
+  ASSERT_GT(w32, 0);
+  const double ratio = static_cast<double>(w16) / static_cast<double>(w32);
+  if (algo() == PGS_ALGO_DENSE) {
+    // The test's ext transport has no 16-bit sum, so dense values travel
+    // as fp32 there (rounded all the same).
+    EXPECT_NEAR(ratio, transport() == Transport::kExt ? 1.0 : 0.5, 0.01);
+  } else if (algo() == PGS_ALGO_TOPKA || algo() == PGS_ALGO_GAUSSIANK) {
+    EXPECT_EQ(narrow.stats.local_selected, wide.stats.local_selected);
+    EXPECT_NEAR(ratio, 0.75, 0.01);
+  } else {
+    EXPECT_LT(ratio, 0.9);
+  }
+}
+
+// TopkA against brute force: every rank's exact top-k, each value rounded to
+// the wire type by an independent oracle, summed over ranks.
+TEST_P(WireTest, TopkaMatchesRoundedBruteForce) {
+  if (algo() != PGS_ALGO_TOPKA) GTEST_SKIP() << "topka only";
+  const size_t n = 5003;
+  const int P = world_size();
+  const int64_t k = target_k(0.01, n);
+  Runner run(transport(), config(0.01, 0, wire()), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 6; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 83, world_rank(), step)));
+    std::vector<float> acc = allgather(run.acc);
+    std::vector<double> expect(n, 0.0), mag(n, 0.0);
+    for (int r = 0; r < P; ++r) {
+      auto mask = topk_mask(&acc[r * n], n, k);
+      for (size_t i = 0; i < n; ++i)
+        if (mask[i]) {
+          expect[i] += round(acc[r * n + i]);
+          mag[i] += std::fabs(acc[r * n + i]);
+        }
+    }
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (std::fabs(expect[i] / P - run.out[i]) > 1e-6 * mag[i]) ++bad;
+    EXPECT_EQ(bad, 0) << "step " << step;
+  }
+}
+
+// Ranks that disagree on the wire type fail on every rank, before a value
+// travels.
+TEST_P(WireTest, MismatchedWireFailsEverywhere) {
+  if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
+  const size_t n = 300;
+  Runner run(transport(),
+             config(0.1, 0, world_rank() == 1 ? PGS_FLOAT32 : wire()), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  EXPECT_EQ(run.step(normal_data(n, 72, world_rank(), 0)), PGS_ERR_MISMATCH);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, WireTest,
+    testing::Combine(testing::ValuesIn(kAllAlgos),
+                     testing::Values(PGS_FLOAT16, PGS_BFLOAT16),
+                     testing::Values(Transport::kMpi, Transport::kExt)),
+    wire_name);
+
 class TransportTest : public testing::TestWithParam<Transport> {};
 
 // topka equals the brute-force sum of every rank's exact top-k, over P.
@@ -633,6 +764,14 @@ TEST(BucketConfig, RejectsBadConfiguration) {
   c.struct_size = 8;
   EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
             PGS_ERR_INVALID);
+  // Values travel as fp32, fp16 or bf16, nothing else.
+  c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+  for (pgs_dtype_t bad :
+       {PGS_INT64, PGS_FLOAT64, static_cast<pgs_dtype_t>(99)}) {
+    c.wire_dtype = bad;
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+              PGS_ERR_UNSUPPORTED);
+  }
   // An ops table that lacks a function (an embedder's, written against an
   // older header) is refused at creation, never called.
   c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);

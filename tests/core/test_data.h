@@ -3,6 +3,8 @@
 #ifndef PGS_TESTS_TEST_DATA_H
 #define PGS_TESTS_TEST_DATA_H
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -64,6 +66,25 @@ inline std::vector<size_t> ks_for(size_t n, uint64_t seed, int random_ks) {
   std::uniform_int_distribution<size_t> d(1, n);
   for (int i = 0; i < random_ks; ++i) ks.push_back(d(gen));
   return ks;
+}
+
+// x rounded to nearest even with @p bits significant bits, exponents below
+// @p emin as subnormals, saturating at +-@p max: an oracle for the wire
+// codec written with ldexp and nearbyint, independent of its bit tricks.
+inline float wire_round(float x, int bits, int emin, float max) {
+  if (std::isnan(x) || x == 0.0f) return x;
+  int e = std::ilogb(x);
+  if (e < emin) e = emin;
+  double q = std::ldexp(std::nearbyint(std::ldexp(double{x}, bits - 1 - e)),
+                        e - (bits - 1));
+  q = std::clamp(q, -double{max}, double{max});
+  return static_cast<float>(q);
+}
+inline float round_f16(float x) {
+  return wire_round(x, 11, -14, 65504.0f);
+}
+inline float round_bf16(float x) {
+  return wire_round(x, 8, -126, 3.38953139e38f);
 }
 
 }  // namespace pgs_test_data

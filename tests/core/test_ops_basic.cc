@@ -241,18 +241,19 @@ TEST(OpsCpuZeroCommon, ZeroesIntersectionWithOffset) {
         ++hits;
       }
     ASSERT_GT(hits, 0u);
-    ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), a.size(), offset,
-                                 b.data(), b.size()),
+    ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), nullptr,
+                                 a.size(), offset, b.data(), b.size()),
               PGS_OK);
     EXPECT_TRUE(same_bits(x, want)) << "offset " << offset;
   }
   // Disjoint and empty lists change nothing.
   std::vector<int32_t> ev = {0, 2, 4}, od = {1, 3, 5};
   std::vector<float> x = x0;
-  ASSERT_EQ(
-      ops()->zero_common(ops(), x.data(), n, ev.data(), 3, 0, od.data(), 3),
-      PGS_OK);
-  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, nullptr, 0, 0, od.data(), 3),
+  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, ev.data(), nullptr, 3, 0,
+                               od.data(), 3),
+            PGS_OK);
+  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, nullptr, nullptr, 0, 0,
+                               od.data(), 3),
             PGS_OK);
   EXPECT_TRUE(same_bits(x, x0));
 }
@@ -264,33 +265,33 @@ TEST(OpsCpuZeroCommon, BadIndexLeavesMemoryUntouched) {
   std::vector<int32_t> a = {1, 5, 10, 60};
   std::vector<int32_t> b = {6, 11, 61, 99};
   // a + 40 reaches 100 == n.
-  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), a.size(), 40,
-                               b.data(), b.size()),
+  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), nullptr, a.size(),
+                               40, b.data(), b.size()),
             PGS_ERR_INDEX);
   // a - 2 goes below 0.
-  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), a.size(), -2,
-                               b.data(), b.size()),
+  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), nullptr, a.size(),
+                               -2, b.data(), b.size()),
             PGS_ERR_INDEX);
   // b out of range while the common entries (6, 11, 61) come first.
   std::vector<int32_t> bad_b = {6, 11, 61, 100};
-  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), a.size(), 1,
-                               bad_b.data(), bad_b.size()),
+  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), nullptr, a.size(),
+                               1, bad_b.data(), bad_b.size()),
             PGS_ERR_INDEX);
   // The offset must not wrap around int32.
   std::vector<int32_t> big = {INT32_MAX};
-  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, big.data(), 1, INT32_MAX,
-                               b.data(), b.size()),
+  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, big.data(), nullptr, 1,
+                               INT32_MAX, b.data(), b.size()),
             PGS_ERR_INDEX);
   // Nor wrap from very negative into range: INT32_MIN + 3 + INT32_MIN
   // would be 3 in 32-bit arithmetic.
   std::vector<int32_t> low = {INT32_MIN + 3}, three = {3};
-  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, low.data(), 1, INT32_MIN,
-                               three.data(), 1),
+  EXPECT_EQ(ops()->zero_common(ops(), x.data(), n, low.data(), nullptr, 1,
+                               INT32_MIN, three.data(), 1),
             PGS_ERR_INDEX);
   EXPECT_TRUE(same_bits(x, x0));
   // The same lists with offset 1 are valid and zero 6, 11, 61.
-  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), a.size(), 1,
-                               b.data(), b.size()),
+  ASSERT_EQ(ops()->zero_common(ops(), x.data(), n, a.data(), nullptr, a.size(),
+                               1, b.data(), b.size()),
             PGS_OK);
   EXPECT_EQ(x[6], 0.0f);
   EXPECT_EQ(x[11], 0.0f);

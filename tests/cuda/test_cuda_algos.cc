@@ -124,8 +124,9 @@ std::vector<float> grad_for(size_t n, int64_t step, uint64_t seed) {
 }
 
 void run_both(pgs_algo_id_t algo, size_t n, double density, int64_t warmup,
-              int steps, uint64_t seed) {
+              int steps, uint64_t seed, pgs_dtype_t wire = PGS_FLOAT32) {
   pgs_config_t cfg = PGS_CONFIG_INIT;
+  cfg.wire_dtype = wire;
   cfg.algo = algo;
   cfg.density = density;
   cfg.warmup_steps = warmup;
@@ -173,6 +174,14 @@ TEST_P(CudaAlgo, MatchesHostOpsOverManySteps) {
     for (double density : {0.01, 0.1, 1.0})
       run_both(GetParam(), n, density, 1, 8, n);
   }
+}
+
+// 16-bit values on the wire: rounding and the kept error agree bit for bit.
+TEST_P(CudaAlgo, MatchesHostOpsOnANarrowWire) {
+  for (pgs_dtype_t wire : {PGS_FLOAT16, PGS_BFLOAT16})
+    for (size_t n : {size_t{1000}, size_t{65537}})
+      for (double density : {0.01, 1.0})
+        run_both(GetParam(), n, density, 1, 6, n + 5, wire);
 }
 
 TEST_P(CudaAlgo, MatchesHostOpsOnALargeBucket) {

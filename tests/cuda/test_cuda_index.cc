@@ -144,17 +144,23 @@ TEST_F(CudaIndex, BadIndexLeavesMemoryUntouched) {
 
 // ---- zero_common ----------------------------------------------------------
 
+// With @p with_values, a's entries carry values that are subtracted.
 void check_zero_common(const std::vector<float> &x,
                        const std::vector<int32_t> &a, int32_t offset,
-                       const std::vector<int32_t> &b) {
+                       const std::vector<int32_t> &b,
+                       bool with_values = false) {
   const size_t n = x.size();
   Dev<float> dx(x);
   Dev<int32_t> da(a), db(b);
+  std::vector<float> av = normal(a.size(), 845 + a.size());
+  Dev<float> dav(av);
+  const float *hv = with_values ? av.data() : nullptr;
+  const float *gv = with_values ? dav.get() : nullptr;
   std::vector<float> want = x;
-  const int st_cpu = cpu()->zero_common(cpu(), want.data(), n, a.data(),
+  const int st_cpu = cpu()->zero_common(cpu(), want.data(), n, a.data(), hv,
                                         a.size(), offset, b.data(), b.size());
-  const int st_gpu = gpu()->zero_common(gpu(), dx.get(), n, da.get(), a.size(),
-                                        offset, db.get(), b.size());
+  const int st_gpu = gpu()->zero_common(gpu(), dx.get(), n, da.get(), gv,
+                                        a.size(), offset, db.get(), b.size());
   EXPECT_EQ(st_gpu, st_cpu) << "offset " << offset;
   EXPECT_TRUE(same(dx.host(), want)) << "offset " << offset;
 }
@@ -169,6 +175,7 @@ TEST_F(CudaIndex, ZeroCommonMatchesCpu) {
       if (offset < 0)
         a.erase(a.begin(), std::lower_bound(a.begin(), a.end(), -offset));
       check_zero_common(x, a, offset, b);
+      check_zero_common(x, a, offset, b, true);
     }
     // Repeated entries in both lists.
     std::vector<int32_t> a = {1, 1, 5, 9, 9, 9, 100}, b = {0, 1, 9, 9, 100};

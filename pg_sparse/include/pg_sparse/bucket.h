@@ -8,7 +8,11 @@
  * keeps the invariant, up to fp32 rounding:
  *
  *   sum_ranks(residual_after) + P * output == sum_ranks(grad + residual_before)
- */
+ *
+ * On a narrow wire (wire_dtype fp16/bf16) each rank keeps what rounding its
+ * values to the wire left out, so the invariant still holds to fp32
+ * rounding, except where a sum is itself formed in the wire type (dense
+ * warm-up calls and gTop-k's values at G, as a dense 16-bit allreduce). */
 #ifndef PG_SPARSE_BUCKET_H
 #define PG_SPARSE_BUCKET_H
 
@@ -41,18 +45,22 @@ int pgs_algo_from_name(const char *name, pgs_algo_id_t *out);
 
 /** Configuration of a bucket. Start from PGS_CONFIG_INIT. */
 typedef struct pgs_config {
-  size_t struct_size;   /**< sizeof(pgs_config_t), for ABI growth */
-  pgs_algo_id_t algo;   /**< which sparse allreduce */
-  double density;       /**< k = max(1, round(density * n)); in (0, 1] */
-  int64_t warmup_steps; /**< calls run as dense allreduce first (>= 0) */
-  int64_t tau;          /**< oktopk: repartition every tau sparse steps */
-  int64_t tau_prime;    /**< exact thresholds every tau_prime sparse steps */
-  int check_finite;     /**< non-zero: NaN/Inf anywhere fails the call on
-                             every rank with PGS_ERR_NONFINITE */
+  size_t struct_size;     /**< sizeof(pgs_config_t), for ABI growth */
+  pgs_algo_id_t algo;     /**< which sparse allreduce */
+  double density;         /**< k = max(1, round(density * n)); in (0, 1] */
+  int64_t warmup_steps;   /**< calls run as dense allreduce first (>= 0) */
+  int64_t tau;            /**< oktopk: repartition every tau sparse steps */
+  int64_t tau_prime;      /**< exact thresholds every tau_prime sparse steps */
+  int check_finite;       /**< non-zero: NaN/Inf anywhere fails the call on
+                               every rank with PGS_ERR_NONFINITE */
+  pgs_dtype_t wire_dtype; /**< type of the values on the wire: PGS_FLOAT32,
+                               or PGS_FLOAT16 / PGS_BFLOAT16 (half the value
+                               bytes; what rounding leaves out stays in the
+                               residual). Indices are int32 either way. */
 } pgs_config_t;
 
 #define PGS_CONFIG_INIT \
-  { sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1 }
+  { sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1, PGS_FLOAT32 }
 
 /** Phases of a call, for per-phase words and times. */
 typedef enum pgs_phase {
@@ -63,7 +71,8 @@ typedef enum pgs_phase {
 } pgs_phase_t;
 
 /** What the last call did. Words are 4-byte units of the data plane (an
- *  index or a value); control traffic (counts, histograms) is in bytes. */
+ *  index or an fp32 value; a 16-bit value is half a word); control traffic
+ *  (counts, histograms) is in bytes. */
 typedef struct pgs_stats {
   int64_t step;            /**< 0-based call counter of this bucket */
   int dense;               /**< the call ran dense (warm-up or algo dense) */

@@ -104,11 +104,13 @@ struct pgs_ops {
   int (*scatter_add)(const pgs_ops_t *ops, float *x, size_t n,
                      const int32_t *idx, const float *val, size_t m,
                      float scale);
-  /** Zero x at the indices in both sorted lists: x[a[i] + a_offset] = 0 when
-   *  a[i] + a_offset occurs in b. a and b ascending; results validated
-   *  against n. */
+  /** Clear x at the indices in both sorted lists: where a[i] + a_offset
+   *  occurs in b, x[a[i] + a_offset] = 0, or -= a_val[i] when @p a_val is
+   *  not NULL (the sender keeps what rounding to the wire left out). a and b
+   *  ascending; results validated against n. */
   int (*zero_common)(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
-                     size_t na, int32_t a_offset, const int32_t *b, size_t nb);
+                     const float *a_val, size_t na, int32_t a_offset,
+                     const int32_t *b, size_t nb);
   /** The fused pass of a call: for every i whose sum r[i] + g[i] is finite,
    *  r[i] = r[i] + g[i]; the others keep r[i] and are counted in
    *  *nonfinite_host (NaN or Inf in g, or an overflowing sum). In the same
@@ -141,6 +143,17 @@ struct pgs_ops {
   int (*merge_pairs)(const pgs_ops_t *ops, const int32_t *ia, const float *va,
                      size_t na, const int32_t *ib, const float *vb, size_t nb,
                      int32_t *io, float *vo, size_t cap, int64_t *count_host);
+  /** Values onto the wire: wire[j] = x[j] rounded to nearest even in
+   *  @p dtype (PGS_FLOAT16 or PGS_BFLOAT16; PGS_FLOAT32 copies). Finite
+   *  values beyond the type's range saturate to its largest finite value
+   *  rather than Inf. When @p err is not NULL, err[j] = x[j] - wire[j], exact
+   *  in fp32, so the caller can keep what the wire left out; err may alias
+   *  x. */
+  int (*to_wire)(const pgs_ops_t *ops, const float *x, size_t m,
+                 pgs_dtype_t dtype, void *wire, float *err);
+  /** x[j] = wire[j] widened to fp32 (exact); x may not overlap wire. */
+  int (*from_wire)(const pgs_ops_t *ops, const void *wire, size_t m,
+                   pgs_dtype_t dtype, float *x);
 };
 
 /** The host-memory implementation (no state; safe to share). */

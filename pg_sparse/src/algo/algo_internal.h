@@ -54,8 +54,11 @@ struct pgs_bucket {
   double phase_t0;
   pgs_comm_counters_t phase_c0;
   /* scratch shared by the helpers in sparse.c, reused across calls */
-  pgs_buf_t pairs;      /* this rank's selection, [idx | val] blocks */
-  pgs_buf_t recv;       /* received pairs */
+  pgs_buf_t pairs; /* this rank's selection, [idx | val] blocks */
+  pgs_buf_t recv;  /* received pairs */
+  /* On a narrow wire (16-bit values): the encoded blocks sent and
+   * received, and the rounding errors of the values being encoded. */
+  pgs_buf_t wire_send, wire_recv, wire_err;
   int64_t *host_counts; /* 4 * size int64 */
   size_t *host_bytes;   /* 2 * size size_t: allgatherv sizes and displs */
 };
@@ -106,6 +109,38 @@ static inline int pgs_any_negative(const int64_t *counts, size_t m) {
  *  algorithm's warm-up. */
 int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out);
 
+/* --- values on the wire (wire.c) --------------------------------------- */
+
+/** Whether values travel narrower than fp32 (config wire_dtype). Indices are
+ *  int32 and the residual fp32 either way. */
+static inline int pgs_wire_narrow(const pgs_bucket_t *b) {
+  return b->cfg.wire_dtype != PGS_FLOAT32;
+}
+/** Bytes of one value on the wire. */
+static inline size_t pgs_wire_bytes(const pgs_bucket_t *b) {
+  return pgs_dtype_size(b->cfg.wire_dtype);
+}
+
+/** Encode val[0..m) in the wire type into @p wire (m values) and round
+ *  val in place to exactly what the wire carries, so the sender's later
+ *  residual update (subtracting what it sent) keeps the rounding error.
+ *  With @p keep the error is added there instead: keep[idx[j]] (idx
+ *  validated against b->n) or keep[j] when idx is NULL. A rank that forwards
+ *  sums it did not take from its own residual keeps their rounding so. */
+int pgs_wire_round(pgs_bucket_t *b, float *val, int64_t m, void *wire,
+                   float *keep, const int32_t *idx);
+
+/** Sum over ranks of the m values encoded in @p wire, widened into @p sum.
+ *  The sum rounds in the wire type, as a dense 16-bit allreduce does; on a
+ *  transport without 16-bit sums the values travel as fp32 instead. */
+int pgs_wire_sum(pgs_bucket_t *b, void *wire, float *sum, size_t m);
+
+/** Residual update after sending the @p m pairs (idx, val) of this rank's own
+ *  residual: zero there, or on a narrow wire subtract the rounded values
+ *  sent, so the rounding error stays. */
+int pgs_wire_clear_sent(pgs_bucket_t *b, const int32_t *idx, const float *val,
+                        int64_t m);
+
 /* --- shared sparse building blocks (sparse.c) --------------------------- */
 
 /** Offsets of the two halves of a pairs block of @p m entries at @p base:
@@ -127,8 +162,11 @@ int pgs_select_topk(pgs_bucket_t *b, const float *x, size_t n, int64_t k,
 
 /** Allgather of every rank's block of @p m pairs (at @p send) into b->recv.
  *  On return b->host_counts[0..P) holds each rank's count and *total the sum;
- *  blocks lie back to back in rank order. */
-int pgs_allgather_blocks(pgs_bucket_t *b, const void *send, int64_t m,
+ *  blocks lie back to back in rank order, fp32. On a narrow wire the values
+ *  of @p send are rounded in place first (pgs_wire_round, with @p keep as
+ *  there: NULL for values from this rank's residual, b->resid for sums it
+ *  forwards). */
+int pgs_allgather_blocks(pgs_bucket_t *b, void *send, int64_t m, float *keep,
                          int64_t *total);
 
 /** out = 0, then add every block of b->recv (counts in b->host_counts) in

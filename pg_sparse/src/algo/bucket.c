@@ -55,6 +55,9 @@ static int check_config(const pgs_config_t *c, size_t n) {
   if (!(c->density > 0.0) || c->density > 1.0) return PGS_ERR_INVALID;
   if (c->warmup_steps < 0 || c->tau < 1 || c->tau_prime < 1)
     return PGS_ERR_INVALID;
+  if (c->wire_dtype != PGS_FLOAT32 && c->wire_dtype != PGS_FLOAT16 &&
+      c->wire_dtype != PGS_BFLOAT16)
+    return PGS_ERR_UNSUPPORTED;
   /* Indices travel as int32. */
   if (n == 0 || n > (size_t)INT32_MAX) return PGS_ERR_UNSUPPORTED;
   return PGS_OK;
@@ -69,7 +72,8 @@ static int ops_complete(const pgs_ops_t *o) {
          o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
          o->select_pairs && o->gather && o->zero_at && o->scatter_add &&
          o->zero_common && o->merge_pairs && o->accumulate_select &&
-         o->unaccumulate && o->shift_idx && o->locate && o->host_syncs;
+         o->unaccumulate && o->shift_idx && o->locate && o->host_syncs &&
+         o->to_wire && o->from_wire;
 }
 
 static int64_t target_k(double density, size_t n) {
@@ -128,6 +132,9 @@ void pgs_bucket_destroy(pgs_bucket_t *b) {
   if (b->resid != NULL) b->ops->free(b->ops, b->resid);
   pgs_buf_release(b->ops, &b->pairs);
   pgs_buf_release(b->ops, &b->recv);
+  pgs_buf_release(b->ops, &b->wire_send);
+  pgs_buf_release(b->ops, &b->wire_recv);
+  pgs_buf_release(b->ops, &b->wire_err);
   free(b->host_counts);
   free(b->host_bytes);
   free(b);
@@ -193,7 +200,7 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
   pgs_comm_get_counters(b->comm, &c);
   if (b->phase < PGS_PHASE_COUNT) {
     pgs_stats_t *s = &b->stats;
-    /* Data bytes are whole 4-byte words: every payload is int32 or fp32. */
+    /* Data words are bytes / 4: a 16-bit value counts half a word. */
     s->words_sent[b->phase] +=
         (int64_t)((c.data_sent - b->phase_c0.data_sent) / 4);
     s->words_recv[b->phase] +=
@@ -239,12 +246,16 @@ int pgs_flag_settle(pgs_bucket_t *b, int any_negative) {
  * call, and after a density change): MAX of (v, -v) gives max and -min, so
  * one small allreduce detects any disagreement. Per-call input problems
  * travel in the algorithms' own messages instead (pgs_flag_*). */
-enum { CHECK_FIELDS = 6 };
+enum { CHECK_FIELDS = 7 };
 
 static int check_settings(pgs_bucket_t *b) {
-  const int64_t mine[CHECK_FIELDS] = {(int64_t)b->n,        b->k,
-                                      (int64_t)b->cfg.algo, b->cfg.warmup_steps,
-                                      b->cfg.tau,           b->cfg.tau_prime};
+  const int64_t mine[CHECK_FIELDS] = {(int64_t)b->n,
+                                      b->k,
+                                      (int64_t)b->cfg.algo,
+                                      b->cfg.warmup_steps,
+                                      b->cfg.tau,
+                                      b->cfg.tau_prime,
+                                      (int64_t)b->cfg.wire_dtype};
   int64_t v[2 * CHECK_FIELDS];
   for (int i = 0; i < CHECK_FIELDS; ++i) {
     v[2 * i] = mine[i];
@@ -286,6 +297,34 @@ static int reduce_checked(pgs_bucket_t *b, float *out) {
   return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
 }
 
+/* Narrow wire: out (grad + residual) travels rounded to the wire type and
+ * what rounding left out becomes the residual, once the sum is known to be
+ * finite (a failed call leaves the residual as it was). */
+static int reduce_narrow(pgs_bucket_t *b, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  const pgs_dtype_t dt = b->cfg.wire_dtype;
+  const size_t n = b->n;
+  int st = pgs_buf_reserve(ops, &b->wire_send, n * pgs_wire_bytes(b));
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, &b->wire_err, n * sizeof(float));
+  if (st != PGS_OK) return st;
+  float *sum = b->wire_err.ptr;
+  /* out becomes the rounding error; the sum is widened beside it. */
+  st = ops->to_wire(ops, out, n, dt, b->wire_send.ptr, out);
+  if (st == PGS_OK) st = pgs_wire_sum(b, b->wire_send.ptr, sum, n);
+  if (st == PGS_OK && b->cfg.check_finite) {
+    int64_t bad = 0;
+    st = ops->count_nonfinite(ops, sum, n, &bad);
+    if (st == PGS_OK && bad > 0) st = PGS_ERR_NONFINITE;
+  }
+  if (st == PGS_OK)
+    st = ops->copy(ops, b->resid, out, n * sizeof(float), PGS_COPY_SAME);
+  if (st == PGS_OK)
+    st = ops->copy(ops, out, sum, n * sizeof(float), PGS_COPY_SAME);
+  if (st != PGS_OK) return st;
+  b->resid_zero = 0;
+  return ops->scale(ops, out, n, 1.0f / (float)b->size);
+}
+
 /* The dense call on a zero residual: the average of grad alone, as DDP's own
  * allreduce computes it, with no pass over the residual. */
 static int dense_fresh(pgs_bucket_t *b, const float *grad, float *out) {
@@ -295,6 +334,7 @@ static int dense_fresh(pgs_bucket_t *b, const float *grad, float *out) {
     st = ops->copy(ops, out, grad, b->n * sizeof(float), PGS_COPY_SAME);
   if (st != PGS_OK) return st;
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
+  if (pgs_wire_narrow(b)) return reduce_narrow(b, out);
   return reduce_checked(b, out);
 }
 
@@ -323,6 +363,7 @@ int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st == PGS_OK && bad > 0 && b->cfg.check_finite) st = poison(b, out);
   if (st != PGS_OK) return st;
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
+  if (pgs_wire_narrow(b)) return reduce_narrow(b, out);
   st = reduce_checked(b, out);
   if (st != PGS_OK) return st;
   st = ops->fill_zero(ops, b->resid, b->n * sizeof(float));

@@ -15,7 +15,9 @@ typedef struct gtopk_state {
   pgs_buf_t cur;  /* current candidate block [idx | val] */
   pgs_buf_t peer; /* partner's block */
   pgs_buf_t merged;
-  pgs_buf_t vals;  /* accumulator at G, allreduced */
+  pgs_buf_t vals; /* accumulator at G, allreduced */
+  /* Narrow wire: blocks [idx | 16-bit val] out and in, values at G. */
+  pgs_buf_t wout, win, wvals;
   int64_t *counts; /* P, host: alltoall of block sizes */
   int64_t *peer_counts;
 } gtopk_state_t;
@@ -36,10 +38,35 @@ static void gtopk_fini(pgs_bucket_t *b) {
   pgs_buf_release(b->ops, &s->peer);
   pgs_buf_release(b->ops, &s->merged);
   pgs_buf_release(b->ops, &s->vals);
+  pgs_buf_release(b->ops, &s->wout);
+  pgs_buf_release(b->ops, &s->win);
+  pgs_buf_release(b->ops, &s->wvals);
   free(s->counts);
   free(s->peer_counts);
   free(s);
   b->algo_state = NULL;
+}
+
+/* Narrow wire: the m pairs of s->cur as they travel, in s->wout. The tree
+ * only chooses coordinates, so rounding its values loses no mass. */
+static int encode_cur(pgs_bucket_t *b, gtopk_state_t *s, int64_t m) {
+  const pgs_ops_t *ops = b->ops;
+  int st = pgs_buf_reserve(ops, &s->wout, (size_t)m * (4 + pgs_wire_bytes(b)));
+  if (st == PGS_OK)
+    st = ops->copy(ops, s->wout.ptr, s->cur.ptr, (size_t)m * 4, PGS_COPY_SAME);
+  if (st != PGS_OK) return st;
+  return pgs_wire_round(b, pgs_block_val(s->cur.ptr, m), m,
+                        (char *)s->wout.ptr + (size_t)m * 4, NULL, NULL);
+}
+
+/* Narrow wire: the received block in s->win widened into s->peer. */
+static int decode_peer(pgs_bucket_t *b, gtopk_state_t *s, int64_t got) {
+  const pgs_ops_t *ops = b->ops;
+  int st =
+      ops->copy(ops, s->peer.ptr, s->win.ptr, (size_t)got * 4, PGS_COPY_SAME);
+  if (st != PGS_OK) return st;
+  return ops->from_wire(ops, (char *)s->win.ptr + (size_t)got * 4, (size_t)got,
+                        b->cfg.wire_dtype, pgs_block_val(s->peer.ptr, got));
 }
 
 /* Send @p m pairs of s->cur to @p to (if >= 0) and receive the block of
@@ -57,11 +84,20 @@ static int swap_blocks(pgs_bucket_t *b, gtopk_state_t *s, int64_t m, int to,
   *got = from >= 0 ? s->peer_counts[from] : 0;
   if (*got < 0 || *got > b->k) return PGS_ERR_INDEX;
   st = pgs_buf_reserve(b->ops, &s->peer, (size_t)*got * 8);
+  const int narrow = pgs_wire_narrow(b), sends = to >= 0 && m > 0;
+  const size_t pair = 4 + pgs_wire_bytes(b);
+  if (st == PGS_OK && narrow)
+    st = pgs_buf_reserve(b->ops, &s->win, (size_t)*got * pair);
+  if (st == PGS_OK && narrow && sends) st = encode_cur(b, s, m);
   if (st != PGS_OK) return st;
-  pgs_msg_t snd = {to, s->cur.ptr, (size_t)m * 8};
-  pgs_msg_t rcv = {from, s->peer.ptr, (size_t)*got * 8};
-  return pgs_comm_exchange(b->comm, &snd, to >= 0 && m > 0 ? 1 : 0, &rcv,
-                           from >= 0 && *got > 0 ? 1 : 0);
+  pgs_msg_t snd = {to, narrow ? s->wout.ptr : s->cur.ptr, (size_t)m * pair};
+  pgs_msg_t rcv = {from, narrow ? s->win.ptr : s->peer.ptr,
+                   (size_t)*got * pair};
+  st = pgs_comm_exchange(b->comm, &snd, sends, &rcv,
+                         from >= 0 && *got > 0 ? 1 : 0);
+  if (st == PGS_OK && narrow && from >= 0 && *got > 0)
+    st = decode_peer(b, s, *got);
+  return st;
 }
 
 /* cur = top-k of (cur merged with peer), kept as an ascending block. */
@@ -129,6 +165,19 @@ static int find_global_set(pgs_bucket_t *b, gtopk_state_t *s, int64_t *m) {
   return st;
 }
 
+/* Narrow wire: the values at G rounded and taken from the residual (which
+ * keeps the rounding), summed (pgs_wire_sum) into s->vals. */
+static int reduce_narrow(pgs_bucket_t *b, gtopk_state_t *s, const int32_t *g,
+                         int64_t m) {
+  const pgs_ops_t *ops = b->ops;
+  int st = pgs_buf_reserve(ops, &s->wvals, (size_t)m * pgs_wire_bytes(b));
+  if (st == PGS_OK)
+    st = pgs_wire_round(b, s->vals.ptr, m, s->wvals.ptr, NULL, NULL);
+  if (st == PGS_OK) st = pgs_wire_clear_sent(b, g, s->vals.ptr, m);
+  if (st != PGS_OK) return st;
+  return pgs_wire_sum(b, s->wvals.ptr, s->vals.ptr, (size_t)m);
+}
+
 static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   gtopk_state_t *s = b->algo_state;
   const pgs_ops_t *ops = b->ops;
@@ -154,7 +203,9 @@ static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
   const int32_t *g = pgs_block_idx(s->cur.ptr);
   st = ops->gather(ops, b->resid, b->n, g, (size_t)m, s->vals.ptr);
-  if (st == PGS_OK)
+  if (st == PGS_OK && pgs_wire_narrow(b))
+    st = reduce_narrow(b, s, g, m);
+  else if (st == PGS_OK)
     st = pgs_comm_allreduce(b->comm, s->vals.ptr, (size_t)m, PGS_FLOAT32,
                             PGS_SUM);
   if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
@@ -163,6 +214,8 @@ static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
                           1.0f / (float)b->size);
   if (st != PGS_OK) return st;
   b->stats.global_selected = m;
+  /* A narrow wire took what it sent from the residual already. */
+  if (pgs_wire_narrow(b)) return PGS_OK;
   return ops->zero_at(ops, b->resid, b->n, g, (size_t)m);
 }
 

@@ -19,11 +19,13 @@ typedef struct oktopk_state {
   pgs_buf_t gidx, gval; /* this region's global picks, global indices */
   pgs_buf_t bidx, bval; /* balanced share of G */
   pgs_buf_t aidx, aval; /* all of G, ascending */
-  int64_t *info;        /* 3P host: per rank (picks, phase-1 sent, recv) */
-  int64_t *held;        /* P host: picks per region after the cap */
-  int64_t *cuts;        /* P host */
-  int64_t *hist;        /* PGS_HIST_BINS host */
-  pgs_msg_t *msgs;      /* 4P host: balance messages */
+  /* On a narrow wire: the values of gval, bval and aval as they travel. */
+  pgs_buf_t gwire, bwire, awire;
+  int64_t *info;   /* 3P host: per rank (picks, phase-1 sent, recv) */
+  int64_t *held;   /* P host: picks per region after the cap */
+  int64_t *cuts;   /* P host */
+  int64_t *hist;   /* PGS_HIST_BINS host */
+  pgs_msg_t *msgs; /* 4P host: balance messages */
 } oktopk_state_t;
 
 /** A reused threshold drifts with the gradients; as in the reference code,

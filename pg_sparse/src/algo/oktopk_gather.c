@@ -156,18 +156,22 @@ static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
 }
 
 /* Move picks between ranks so rank j holds share(T, P, j) of them in global
- * order, into s->bidx/bval. Messages carry indices and values separately so
- * they land in place. @p held[j] is rank j's pick count after the cap. */
+ * order, into s->bidx and s->bval (s->bwire on a narrow wire). Messages
+ * carry indices and values separately so they land in place. @p held[j] is
+ * rank j's pick count after the cap. */
 static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
                    int64_t T) {
   const pgs_ops_t *ops = b->ops;
   const int P = b->size, r = b->rank;
+  const size_t w = pgs_wire_bytes(b);
   int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
+  pgs_buf_t *bvals = pgs_wire_narrow(b) ? &s->bwire : &s->bval;
   int st = pgs_buf_reserve(ops, &s->bidx, (size_t)mine * 4);
-  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->bval, (size_t)mine * 4);
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, bvals, (size_t)mine * w);
   if (st != PGS_OK) return st;
   int32_t *gi = s->gidx.ptr, *bi = s->bidx.ptr;
-  float *gv = s->gval.ptr, *bv = s->bval.ptr;
+  char *gv = pgs_wire_narrow(b) ? s->gwire.ptr : s->gval.ptr;
+  char *bv = bvals->ptr;
   pgs_msg_t *sends = s->msgs, *recvs = s->msgs + 2 * P;
   int ns = 0, nr = 0;
   int64_t h0 = 0; /* global position of rank j's first pick */
@@ -182,19 +186,19 @@ static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
       st = ops->copy(ops, bi + (out0 - my0), gi + (out0 - me0),
                      (size_t)(out1 - out0) * 4, PGS_COPY_SAME);
       if (st == PGS_OK)
-        st = ops->copy(ops, bv + (out0 - my0), gv + (out0 - me0),
-                       (size_t)(out1 - out0) * 4, PGS_COPY_SAME);
+        st = ops->copy(ops, bv + (out0 - my0) * w, gv + (out0 - me0) * w,
+                       (size_t)(out1 - out0) * w, PGS_COPY_SAME);
       if (st != PGS_OK) return st;
     } else if (j != r) {
       if (out1 > out0) {
-        size_t bytes = (size_t)(out1 - out0) * 4;
-        sends[ns++] = (pgs_msg_t){j, gi + (out0 - me0), bytes};
-        sends[ns++] = (pgs_msg_t){j, gv + (out0 - me0), bytes};
+        size_t c = (size_t)(out1 - out0);
+        sends[ns++] = (pgs_msg_t){j, gi + (out0 - me0), c * 4};
+        sends[ns++] = (pgs_msg_t){j, gv + (out0 - me0) * w, c * w};
       }
       if (in1 > in0) {
-        size_t bytes = (size_t)(in1 - in0) * 4;
-        recvs[nr++] = (pgs_msg_t){j, bi + (in0 - my0), bytes};
-        recvs[nr++] = (pgs_msg_t){j, bv + (in0 - my0), bytes};
+        size_t c = (size_t)(in1 - in0);
+        recvs[nr++] = (pgs_msg_t){j, bi + (in0 - my0), c * 4};
+        recvs[nr++] = (pgs_msg_t){j, bv + (in0 - my0) * w, c * w};
       }
     }
     h0 += held[j];
@@ -202,24 +206,44 @@ static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
   return pgs_comm_exchange(b->comm, sends, ns, recvs, nr);
 }
 
-/* Allgather of the balanced shares: G ascending in s->aidx/aval. */
-static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
+/* Allgather of the shares of @p vsize bytes per entry from @p send. */
+static int gather_shares(pgs_bucket_t *b, int64_t T, size_t vsize,
+                         const void *send, void *recv) {
   const int P = b->size;
   size_t *bytes = b->host_bytes, *displs = b->host_bytes + P;
   for (int j = 0; j < P; ++j) {
-    bytes[j] = (size_t)share(T, P, j) * 4;
-    displs[j] = (size_t)share_start(T, P, j) * 4;
+    bytes[j] = (size_t)share(T, P, j) * vsize;
+    displs[j] = (size_t)share_start(T, P, j) * vsize;
   }
-  size_t all = (size_t)T * 4;
-  int st = pgs_buf_reserve(b->ops, &s->aidx, all);
-  if (st == PGS_OK) st = pgs_buf_reserve(b->ops, &s->aval, all);
-  if (st == PGS_OK)
-    st = pgs_comm_allgatherv(b->comm, s->bidx.ptr, bytes[b->rank], s->aidx.ptr,
-                             bytes, displs);
-  if (st == PGS_OK)
-    st = pgs_comm_allgatherv(b->comm, s->bval.ptr, bytes[b->rank], s->aval.ptr,
-                             bytes, displs);
-  return st;
+  return pgs_comm_allgatherv(b->comm, send, bytes[b->rank], recv, bytes,
+                             displs);
+}
+
+/* Allgather of the balanced shares: G ascending in s->aidx/aval. */
+static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
+  const pgs_ops_t *ops = b->ops;
+  const int narrow = pgs_wire_narrow(b);
+  const size_t w = pgs_wire_bytes(b);
+  int st = pgs_buf_reserve(ops, &s->aidx, (size_t)T * 4);
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->aval, (size_t)T * 4);
+  if (st == PGS_OK && narrow)
+    st = pgs_buf_reserve(ops, &s->awire, (size_t)T * w);
+  if (st == PGS_OK) st = gather_shares(b, T, 4, s->bidx.ptr, s->aidx.ptr);
+  if (st != PGS_OK) return st;
+  if (!narrow) return gather_shares(b, T, 4, s->bval.ptr, s->aval.ptr);
+  st = gather_shares(b, T, w, s->bwire.ptr, s->awire.ptr);
+  if (st != PGS_OK) return st;
+  return ops->from_wire(ops, s->awire.ptr, (size_t)T, b->cfg.wire_dtype,
+                        s->aval.ptr);
+}
+
+/* Narrow wire: this region's picks rounded to the wire (into s->gwire);
+ * they are sums over ranks, so their owner keeps the rounding. */
+static int round_picks(pgs_bucket_t *b, oktopk_state_t *s, int64_t c) {
+  if (!pgs_wire_narrow(b)) return PGS_OK;
+  int st = pgs_buf_reserve(b->ops, &s->gwire, (size_t)c * pgs_wire_bytes(b));
+  if (st != PGS_OK) return st;
+  return pgs_wire_round(b, s->gval.ptr, c, s->gwire.ptr, b->resid, s->gidx.ptr);
 }
 
 /* Global threshold and everyone's counts at it; *T is the total. */
@@ -261,7 +285,8 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
     T += s->held[j];
   }
   if (s->held[b->rank] != c) return PGS_ERR_INVALID; /* ops broke contract */
-  st = balance(b, s, s->held, T);
+  st = round_picks(b, s, c);
+  if (st == PGS_OK) st = balance(b, s, s->held, T);
   if (st == PGS_OK) st = gather_all(b, s, T);
   if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
   /* G is duplicate-free: one add per entry into zero gives v/P. */

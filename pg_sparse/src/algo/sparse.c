@@ -28,8 +28,9 @@ int pgs_select_topk(pgs_bucket_t *b, const float *x, size_t n, int64_t k,
   return PGS_OK;
 }
 
-int pgs_allgather_blocks(pgs_bucket_t *b, const void *send, int64_t m,
-                         int64_t *total) {
+/* The counts, with every rank's input flag; sizes of each rank's block. */
+static int share_counts(pgs_bucket_t *b, int64_t m, size_t pair_bytes,
+                        size_t *all_bytes) {
   const int P = b->size;
   int64_t *counts = b->host_counts;
   const int64_t mine = pgs_flag_encode(b, m);
@@ -41,16 +42,65 @@ int pgs_allgather_blocks(pgs_bucket_t *b, const void *send, int64_t m,
   size_t off = 0;
   for (int r = 0; r < P; ++r) {
     if (counts[r] < 0) return PGS_ERR_INDEX;
-    bytes[r] = (size_t)counts[r] * 8;
+    bytes[r] = (size_t)counts[r] * pair_bytes;
     displs[r] = off;
     off += bytes[r];
   }
-  st = pgs_buf_reserve(b->ops, &b->recv, off);
+  *all_bytes = off;
+  return PGS_OK;
+}
+
+/* Narrow wire: each received block [idx | 16-bit val] widened into b->recv
+ * as [idx | fp32 val]. */
+static int widen_blocks(pgs_bucket_t *b) {
+  const pgs_ops_t *ops = b->ops;
+  const size_t w = pgs_wire_bytes(b);
+  const char *src = b->wire_recv.ptr;
+  char *dst = b->recv.ptr;
+  for (int r = 0; r < b->size; ++r) {
+    size_t m = (size_t)b->host_counts[r];
+    int st = ops->copy(ops, dst, src, m * 4, PGS_COPY_SAME);
+    if (st == PGS_OK)
+      st = ops->from_wire(ops, src + m * 4, m, b->cfg.wire_dtype,
+                          (float *)(dst + m * 4));
+    if (st != PGS_OK) return st;
+    src += m * (4 + w);
+    dst += m * 8;
+  }
+  return PGS_OK;
+}
+
+int pgs_allgather_blocks(pgs_bucket_t *b, void *send, int64_t m, float *keep,
+                         int64_t *total) {
+  const pgs_ops_t *ops = b->ops;
+  const int narrow = pgs_wire_narrow(b);
+  const size_t pair = 4 + pgs_wire_bytes(b);
+  size_t all = 0;
+  int st = share_counts(b, m, pair, &all);
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, &b->recv, all / pair * 8);
   if (st != PGS_OK) return st;
-  st = pgs_comm_allgatherv(b->comm, send, (size_t)m * 8, b->recv.ptr, bytes,
-                           displs);
+  const void *out = send;
+  void *in = b->recv.ptr;
+  if (narrow) {
+    /* [idx | 16-bit val]: the indices copied, the values encoded behind. */
+    st = pgs_buf_reserve(ops, &b->wire_recv, all);
+    if (st == PGS_OK)
+      st = pgs_buf_reserve(ops, &b->wire_send, (size_t)m * pair);
+    if (st == PGS_OK)
+      st = ops->copy(ops, b->wire_send.ptr, send, (size_t)m * 4, PGS_COPY_SAME);
+    if (st != PGS_OK) return st;
+    st = pgs_wire_round(b, pgs_block_val(send, m), m,
+                        (char *)b->wire_send.ptr + (size_t)m * 4, keep,
+                        pgs_block_idx(send));
+    if (st != PGS_OK) return st;
+    out = b->wire_send.ptr;
+    in = b->wire_recv.ptr;
+  }
+  st = pgs_comm_allgatherv(b->comm, out, (size_t)m * pair, in, b->host_bytes,
+                           b->host_bytes + b->size);
+  if (st == PGS_OK && narrow) st = widen_blocks(b);
   if (st != PGS_OK) return st;
-  *total = (int64_t)(off / 8);
+  *total = (int64_t)(all / pair);
   return PGS_OK;
 }
 
@@ -73,12 +123,12 @@ int pgs_apply_blocks(pgs_bucket_t *b, float *out) {
 int pgs_gather_apply_clear(pgs_bucket_t *b, int64_t m, float *out) {
   pgs_phase_enter(b, PGS_PHASE_GATHER);
   int64_t total = 0;
-  int st = pgs_allgather_blocks(b, b->pairs.ptr, m, &total);
+  int st = pgs_allgather_blocks(b, b->pairs.ptr, m, NULL, &total);
   if (st == PGS_OK) st = pgs_apply_blocks(b, out);
   if (st != PGS_OK) return st;
   b->stats.global_selected = total;
-  return b->ops->zero_at(b->ops, b->resid, b->n, pgs_block_idx(b->pairs.ptr),
-                         (size_t)m);
+  return pgs_wire_clear_sent(b, pgs_block_idx(b->pairs.ptr),
+                             pgs_block_val(b->pairs.ptr, m), m);
 }
 
 double pgs_normal_two_sided_quantile(double p) {

@@ -22,8 +22,9 @@ int pgs_split_init(pgs_split_t *s, int rank, int size) {
   s->off = calloc(P + 1, sizeof(int64_t));
   s->rcnt = calloc(P, sizeof(int64_t));
   s->roff = calloc(P + 1, sizeof(int64_t));
-  /* Two slots in flight, each with up to SPLIT_BATCH sends and receives. */
-  s->msgs = calloc(4 * (size_t)SPLIT_BATCH, sizeof(pgs_msg_t));
+  /* Two slots in flight, each with up to SPLIT_BATCH sends and receives of
+   * two messages (indices, values). */
+  s->msgs = calloc(8 * (size_t)SPLIT_BATCH, sizeof(pgs_msg_t));
   if (!s->bounds || !s->gt || !s->eq || !s->m || !s->mflag || !s->pos ||
       !s->rthr || !s->rquota || !s->off || !s->rcnt || !s->roff || !s->msgs)
     return PGS_ERR_NO_MEMORY;
@@ -45,6 +46,8 @@ void pgs_split_fini(pgs_split_t *s, const pgs_ops_t *ops) {
   free(s->msgs);
   pgs_buf_release(ops, &s->send);
   pgs_buf_release(ops, &s->recv);
+  pgs_buf_release(ops, &s->swire);
+  pgs_buf_release(ops, &s->rwire);
   pgs_buf_release(ops, &s->red);
   pgs_buf_release(ops, &s->la);
   pgs_buf_release(ops, &s->lb);
@@ -52,10 +55,6 @@ void pgs_split_fini(pgs_split_t *s, const pgs_ops_t *ops) {
 
 void pgs_split_equal_bounds(pgs_split_t *s, int64_t n) {
   for (int j = 0; j <= s->size; ++j) s->bounds[j] = n * j / s->size;
-}
-
-static int32_t *block_at(const pgs_buf_t *buf, const int64_t *off, int j) {
-  return (int32_t *)buf->ptr + 2 * off[j];
 }
 
 /* Where a selection reads: the dense accumulator cut at the region bounds,
@@ -117,8 +116,8 @@ static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
 static int pack_region(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
                        int j) {
   const pgs_ops_t *ops = b->ops;
-  int32_t *blk = block_at(&s->send, s->off, j);
-  float *val = pgs_block_val(blk, s->m[j]);
+  int32_t *blk = s->sidx + s->off[j];
+  float *val = s->sval + s->off[j];
   int64_t got = 0;
   int st;
   if (src->idx == NULL) {
@@ -144,8 +143,18 @@ static int select_from(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
   s->off[0] = 0;
   for (int j = 0; j < P; ++j) s->off[j + 1] = s->off[j] + s->m[j];
   st = pgs_buf_reserve(b->ops, &s->send, (size_t)s->off[P] * 8);
+  s->sidx = s->send.ptr;
+  s->sval = (float *)(s->sidx + s->off[P]);
   for (int j = 0; j < P && st == PGS_OK; ++j)
     if (s->m[j] > 0) st = pack_region(b, s, src, j);
+  /* What travels is rounded to the wire type here, our own region too, so
+   * every later use (the reduction, the residual update) sees the same
+   * values as the receivers. */
+  if (st == PGS_OK && pgs_wire_narrow(b))
+    st = pgs_buf_reserve(b->ops, &s->swire,
+                         (size_t)s->off[P] * pgs_wire_bytes(b));
+  if (st == PGS_OK && pgs_wire_narrow(b))
+    st = pgs_wire_round(b, s->sval, s->off[P], s->swire.ptr, NULL, NULL);
   if (st != PGS_OK) return st;
   *m_total = s->off[P];
   return PGS_OK;
@@ -183,15 +192,14 @@ static int plan_list(pgs_bucket_t *b, pgs_split_t *s) {
 /* Merges one block into the list (into the other buffer, then swaps): the
  * sum at an index is the earlier blocks' sum plus this one, the order the
  * dense scatter-add uses. */
-static int merge_block(pgs_bucket_t *b, pgs_split_t *s, int32_t *blk,
-                       int64_t c) {
+static int merge_block(pgs_bucket_t *b, pgs_split_t *s, const int32_t *blk,
+                       const float *val, int64_t c) {
   if (s->lm == 0) {
     /* Merging into nothing is a copy, and its count is known here: no
      * count to read back from the device. */
     int st = b->ops->copy(b->ops, s->lidx, blk, (size_t)c * 4, PGS_COPY_SAME);
     if (st == PGS_OK)
-      st = b->ops->copy(b->ops, s->lval, pgs_block_val(blk, c), (size_t)c * 4,
-                        PGS_COPY_SAME);
+      st = b->ops->copy(b->ops, s->lval, val, (size_t)c * 4, PGS_COPY_SAME);
     if (st == PGS_OK) s->lm = c;
     return st;
   }
@@ -200,8 +208,7 @@ static int merge_block(pgs_bucket_t *b, pgs_split_t *s, int32_t *blk,
   float *oval = (float *)(oidx + s->lcap);
   int64_t u = 0;
   int st = b->ops->merge_pairs(b->ops, s->lidx, s->lval, (size_t)s->lm, blk,
-                               pgs_block_val(blk, c), (size_t)c, oidx, oval,
-                               (size_t)s->lcap, &u);
+                               val, (size_t)c, oidx, oval, (size_t)s->lcap, &u);
   if (st != PGS_OK) return st;
   s->lidx = oidx;
   s->lval = oval;
@@ -241,15 +248,27 @@ static int plan_receive(pgs_bucket_t *b, pgs_split_t *s) {
   }
   s->recv_words = 2 * s->roff[P - 1];
   st = pgs_buf_reserve(b->ops, &s->recv, (size_t)s->roff[P - 1] * 8);
+  if (st == PGS_OK && pgs_wire_narrow(b))
+    st = pgs_buf_reserve(b->ops, &s->rwire,
+                         (size_t)s->roff[P - 1] * pgs_wire_bytes(b));
   if (st != PGS_OK) return st;
+  s->ridx = s->recv.ptr;
+  s->rval = (float *)(s->ridx + s->roff[P - 1]);
   if (s->as_list) return plan_list(b, s);
   st = pgs_buf_reserve(b->ops, &s->red, (size_t)own * 4);
   if (st != PGS_OK) return st;
   return b->ops->fill_zero(b->ops, s->red.ptr, (size_t)own * 4);
 }
 
-static int32_t *recv_block(const pgs_split_t *s, int t) {
-  return (int32_t *)s->recv.ptr + 2 * s->roff[t - 1];
+/* Where the values of block j (sent) or step t (received) travel: the fp32
+ * arrays themselves, or their 16-bit copies. */
+static void *send_vals(const pgs_bucket_t *b, const pgs_split_t *s, int j) {
+  if (!pgs_wire_narrow(b)) return s->sval + s->off[j];
+  return (char *)s->swire.ptr + (size_t)s->off[j] * pgs_wire_bytes(b);
+}
+static void *recv_vals(const pgs_bucket_t *b, const pgs_split_t *s, int t) {
+  if (!pgs_wire_narrow(b)) return s->rval + s->roff[t - 1];
+  return (char *)s->rwire.ptr + (size_t)s->roff[t - 1] * pgs_wire_bytes(b);
 }
 
 /* Steps [first, batch_end(first)) form one batch. */
@@ -259,35 +278,48 @@ static int batch_end(const pgs_split_t *s, int first) {
 
 static int post_batch(pgs_bucket_t *b, pgs_split_t *s, int first, int slot) {
   const int P = s->size, r = s->rank;
-  pgs_msg_t *sends = s->msgs + slot * 2 * SPLIT_BATCH;
-  pgs_msg_t *recvs = sends + SPLIT_BATCH;
+  const size_t w = pgs_wire_bytes(b);
+  pgs_msg_t *sends = s->msgs + slot * 4 * SPLIT_BATCH;
+  pgs_msg_t *recvs = sends + 2 * SPLIT_BATCH;
   int ns = 0, nr = 0;
   for (int t = first; t < batch_end(s, first); ++t) {
     int dst = (r + t) % P, src = (r - t + P) % P;
-    if (s->m[dst] > 0)
-      sends[ns++] = (pgs_msg_t){dst, block_at(&s->send, s->off, dst),
-                                (size_t)s->m[dst] * 8};
-    if (s->rcnt[src] > 0)
-      recvs[nr++] =
-          (pgs_msg_t){src, recv_block(s, t), (size_t)s->rcnt[src] * 8};
+    size_t ms = (size_t)s->m[dst], mr = (size_t)s->rcnt[src];
+    if (ms > 0) {
+      sends[ns++] = (pgs_msg_t){dst, s->sidx + s->off[dst], ms * 4};
+      sends[ns++] = (pgs_msg_t){dst, send_vals(b, s, dst), ms * w};
+    }
+    if (mr > 0) {
+      recvs[nr++] = (pgs_msg_t){src, s->ridx + s->roff[t - 1], mr * 4};
+      recvs[nr++] = (pgs_msg_t){src, recv_vals(b, s, t), mr * w};
+    }
   }
   return pgs_comm_exchange_start(b->comm, sends, ns, recvs, nr, slot);
 }
 
-static int reduce_block(pgs_bucket_t *b, pgs_split_t *s, int32_t *blk,
-                        int64_t c) {
+static int reduce_block(pgs_bucket_t *b, pgs_split_t *s, const int32_t *blk,
+                        const float *val, int64_t c) {
   if (c == 0) return PGS_OK;
-  if (s->as_list) return merge_block(b, s, blk, c);
+  if (s->as_list) return merge_block(b, s, blk, val, c);
   /* scatter_add validates every index against the region before adding. */
   return b->ops->scatter_add(b->ops, s->red.ptr,
-                             (size_t)pgs_split_len(s, s->rank), blk,
-                             pgs_block_val(blk, c), (size_t)c, 1.0f);
+                             (size_t)pgs_split_len(s, s->rank), blk, val,
+                             (size_t)c, 1.0f);
 }
 
 static int reduce_batch(pgs_bucket_t *b, pgs_split_t *s, int first) {
-  const int P = s->size, r = s->rank;
-  for (int t = first; t < batch_end(s, first); ++t) {
-    int st = reduce_block(b, s, recv_block(s, t), s->rcnt[(r - t + P) % P]);
+  const int P = s->size, r = s->rank, end = batch_end(s, first);
+  if (pgs_wire_narrow(b)) {
+    /* The batch's values lie back to back: widen them in one go. */
+    int64_t o = s->roff[first - 1], m = s->roff[end - 1] - o;
+    int st = b->ops->from_wire(b->ops, recv_vals(b, s, first), (size_t)m,
+                               b->cfg.wire_dtype, s->rval + o);
+    if (st != PGS_OK) return st;
+  }
+  for (int t = first; t < end; ++t) {
+    int64_t o = s->roff[t - 1];
+    int st =
+        reduce_block(b, s, s->ridx + o, s->rval + o, s->rcnt[(r - t + P) % P]);
     if (st != PGS_OK) return st;
   }
   return PGS_OK;
@@ -298,7 +330,7 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
   int st = plan_receive(b, s);
   if (st != PGS_OK) return st;
   /* Our own contribution first, then sources r-1, r-2, ...: a fixed order. */
-  st = reduce_block(b, s, block_at(&s->send, s->off, r), s->m[r]);
+  st = reduce_block(b, s, s->sidx + s->off[r], s->sval + s->off[r], s->m[r]);
   if (st != PGS_OK) return st;
   /* Alone, the list is our own selection: nothing came from a peer. */
   if (P == 1) return PGS_OK;
@@ -318,9 +350,14 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
 int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x) {
   for (int j = 0; j < s->size; ++j) {
     if (s->m[j] == 0) continue;
-    int st =
-        b->ops->zero_at(b->ops, x + s->bounds[j], (size_t)pgs_split_len(s, j),
-                        block_at(&s->send, s->off, j), (size_t)s->m[j]);
+    float *xj = x + s->bounds[j];
+    size_t len = (size_t)pgs_split_len(s, j), m = (size_t)s->m[j];
+    const int32_t *idx = s->sidx + s->off[j];
+    /* Narrow values: take away what was sent, keeping the rounding. */
+    int st = pgs_wire_narrow(b)
+                 ? b->ops->scatter_add(b->ops, xj, len, idx,
+                                       s->sval + s->off[j], m, -1.0f)
+                 : b->ops->zero_at(b->ops, xj, len, idx, m);
     if (st != PGS_OK) return st;
   }
   return PGS_OK;
@@ -331,7 +368,8 @@ int pgs_split_zero_common(pgs_bucket_t *b, pgs_split_t *s, float *x,
   /* What went to region j can only meet region j's run of G. */
   for (int64_t j = 0, g0 = 0; j < s->size; g0 += held[j], ++j) {
     if (s->m[j] == 0 || held[j] == 0) continue;
-    int st = b->ops->zero_common(b->ops, x, b->n, block_at(&s->send, s->off, j),
+    const float *sent = pgs_wire_narrow(b) ? s->sval + s->off[j] : NULL;
+    int st = b->ops->zero_common(b->ops, x, b->n, s->sidx + s->off[j], sent,
                                  (size_t)s->m[j], (int32_t)s->bounds[j], g + g0,
                                  (size_t)held[j]);
     if (st != PGS_OK) return st;

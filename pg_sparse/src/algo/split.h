@@ -23,10 +23,15 @@ typedef struct pgs_split {
   int64_t *off;     /* P + 1, host: pair offset of each region's block */
   int64_t *rcnt;    /* P, host: pairs received from each rank */
   int64_t *roff;    /* P + 1, host: pair offset of each source's block */
-  pgs_msg_t *msgs;  /* 2 * P, host */
-  pgs_buf_t send;   /* blocks [idx m_j | val m_j] back to back */
-  pgs_buf_t recv;   /* received blocks, by source */
-  pgs_buf_t red;    /* dense reduced own region (TopkDSA) */
+  pgs_msg_t *msgs;  /* 8 * SPLIT_BATCH, host */
+  /* The selection, all indices then all values, region j's at off[j]
+   * (sidx, sval point into send), and what was received, source by source
+   * at roff (ridx, rval into recv). Indices and values travel as separate
+   * messages, the values as 16-bit copies (swire, rwire) on a narrow wire. */
+  pgs_buf_t send, recv, swire, rwire;
+  int32_t *sidx, *ridx;
+  float *sval, *rval;
+  pgs_buf_t red; /* dense reduced own region (TopkDSA) */
   /* List mode (Ok-Topk): the own region reduced as a sorted pair list
    * instead, merged block by block in the same order: O(pairs), not a pass
    * over the region. Two buffers [idx cap | val cap], merged back and forth;
@@ -36,7 +41,9 @@ typedef struct pgs_split {
   int32_t *lidx;
   float *lval;
   int64_t lm, lcap;
-  int64_t sent_words, recv_words; /* data words of the last reduce */
+  /* Data of the last reduce, at two words per pair: on a narrow wire the
+   * real volume is 3/4 of it, so caps computed from it stay conservative. */
+  int64_t sent_words, recv_words;
 } pgs_split_t;
 
 int pgs_split_init(pgs_split_t *s, int rank, int size);
@@ -72,12 +79,13 @@ int pgs_split_select_pairs(pgs_bucket_t *b, pgs_split_t *s, const int32_t *cidx,
  *  skips zeros, as it does in s->red). */
 int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s);
 
-/** x[i] = 0 at every selected entry. */
+/** x[i] = 0 at every selected entry (on a narrow wire, x[i] -= the value
+ *  sent, leaving the rounding in x). */
 int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x);
 
-/** x[i] = 0 at every selected entry that also occurs in the ascending global
- *  index list g (L intersect G). g holds region j's entries together, after
- *  those of the regions before it: @p held[j] of them. */
+/** pgs_split_zero_selected at every selected entry that also occurs in the
+ *  ascending global index list g (L intersect G). g holds region j's entries
+ *  together, after those of the regions before it: @p held[j] of them. */
 int pgs_split_zero_common(pgs_bucket_t *b, pgs_split_t *s, float *x,
                           const int32_t *g, const int64_t *held);
 

@@ -27,17 +27,37 @@ static void topkdsa_fini(pgs_bucket_t *b) {
   b->algo_state = NULL;
 }
 
-/* Every rank's reduced region, in place in out: regions are contiguous. */
+/* Every rank's reduced region, in place in out: regions are contiguous. On
+ * a narrow wire the regions travel rounded, each owner keeping its
+ * rounding error in its residual. */
 static int gather_dense(pgs_bucket_t *b, pgs_split_t *sp, float *out) {
+  const pgs_ops_t *ops = b->ops;
+  const size_t w = pgs_wire_bytes(b);
+  const int64_t mine = pgs_split_len(sp, b->rank);
   size_t *bytes = b->host_bytes, *displs = b->host_bytes + b->size;
   for (int j = 0; j < b->size; ++j) {
-    bytes[j] = (size_t)pgs_split_len(sp, j) * 4;
-    displs[j] = (size_t)sp->bounds[j] * 4;
+    bytes[j] = (size_t)pgs_split_len(sp, j) * w;
+    displs[j] = (size_t)sp->bounds[j] * w;
   }
-  int st = pgs_comm_allgatherv(b->comm, sp->red.ptr, bytes[b->rank], out, bytes,
-                               displs);
+  const void *send = sp->red.ptr;
+  void *recv = out;
+  int st = PGS_OK;
+  if (pgs_wire_narrow(b)) {
+    st = pgs_buf_reserve(ops, &b->wire_send, (size_t)mine * w);
+    if (st == PGS_OK) st = pgs_buf_reserve(ops, &b->wire_recv, b->n * w);
+    if (st == PGS_OK)
+      st = pgs_wire_round(b, sp->red.ptr, mine, b->wire_send.ptr,
+                          b->resid + sp->bounds[b->rank], NULL);
+    send = b->wire_send.ptr;
+    recv = b->wire_recv.ptr;
+  }
+  if (st == PGS_OK)
+    st =
+        pgs_comm_allgatherv(b->comm, send, bytes[b->rank], recv, bytes, displs);
+  if (st == PGS_OK && pgs_wire_narrow(b))
+    st = ops->from_wire(ops, recv, b->n, b->cfg.wire_dtype, out);
   if (st != PGS_OK) return st;
-  return b->ops->scale(b->ops, out, b->n, 1.0f / (float)b->size);
+  return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
 }
 
 /* The reduced nonzeros of every region as global pairs. */
@@ -54,7 +74,8 @@ static int gather_sparse(pgs_bucket_t *b, pgs_split_t *sp, int64_t mine,
   if (st != PGS_OK) return st;
   if (got != mine) return PGS_ERR_INVALID;
   int64_t total = 0;
-  st = pgs_allgather_blocks(b, b->pairs.ptr, mine, &total);
+  /* These are sums over ranks: their owner keeps the rounding. */
+  st = pgs_allgather_blocks(b, b->pairs.ptr, mine, b->resid, &total);
   if (st != PGS_OK) return st;
   return pgs_apply_blocks(b, out);
 }

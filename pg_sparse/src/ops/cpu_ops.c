@@ -178,8 +178,8 @@ static int cpu_scatter_add(const pgs_ops_t *ops, float *x, size_t n,
 }
 
 static int cpu_zero_common(const pgs_ops_t *ops, float *x, size_t n,
-                           const int32_t *a, size_t na, int32_t a_offset,
-                           const int32_t *b, size_t nb) {
+                           const int32_t *a, const float *a_val, size_t na,
+                           int32_t a_offset, const int32_t *b, size_t nb) {
   (void)ops;
   if ((a == NULL && na > 0) || (b == NULL && nb > 0)) return PGS_ERR_INVALID;
   if (na == 0 || nb == 0) return PGS_OK;
@@ -196,7 +196,7 @@ static int cpu_zero_common(const pgs_ops_t *ops, float *x, size_t n,
     } else if (ai > b[j]) {
       ++j;
     } else {
-      x[ai] = 0.0f;
+      x[ai] = a_val == NULL ? 0.0f : x[ai] - a_val[i];
       ++i;
     }
   }
@@ -271,6 +271,8 @@ static const pgs_ops_t cpu_ops = {
     .locate = pgs_cpu_locate,
     .host_syncs = pgs_cpu_host_syncs,
     .merge_pairs = cpu_merge_pairs,
+    .to_wire = pgs_cpu_to_wire,
+    .from_wire = pgs_cpu_from_wire,
 };
 
 const pgs_ops_t *pgs_ops_cpu(void) {

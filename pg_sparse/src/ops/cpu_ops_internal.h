@@ -62,4 +62,10 @@ int pgs_cpu_locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
                    const int64_t *keys_host, int nkeys, int64_t *pos_host);
 uint64_t pgs_cpu_host_syncs(const pgs_ops_t *ops);
 
+/* The wire codec of cpu_wire.c. */
+int pgs_cpu_to_wire(const pgs_ops_t *ops, const float *x, size_t m,
+                    pgs_dtype_t dtype, void *wire, float *err);
+int pgs_cpu_from_wire(const pgs_ops_t *ops, const void *wire, size_t m,
+                      pgs_dtype_t dtype, float *x);
+
 #endif /* PG_SPARSE_SRC_OPS_CPU_OPS_INTERNAL_H */

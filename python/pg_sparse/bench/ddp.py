@@ -9,7 +9,9 @@ initial weights on the same batches, with DDP's overlap on:
   torch's ``bf16_compress_hook`` / ``fp16_compress_hook``; ``powersgd``:
   torch's PowerSGD hook (rank 4, from iteration 2), all on that gloo group;
 - ``dense``, ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``:
-  pg_sparse hooks on the ``"sparse"`` default group.
+  pg_sparse hooks on the ``"sparse"`` default group; a suffix ``+bf16`` or
+  ``+fp16`` (``oktopk+bf16``) sends the values in that type
+  (``SparseState(wire_dtype=...)``).
 
 Without RANK/WORLD_SIZE in the environment it launches itself under
 ``torch.distributed.run --standalone``; under torchrun, mpirun or a harness
@@ -35,6 +37,16 @@ PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
 # Per step and rank: step, forward, backward, backward compute, wait, optimizer.
 _TIMES = ("step_s", "forward_s", "backward_s", *PHASES[1:])
 _PARAM_CHECK_MAX = 50_000_000  # compare final parameters with gloo's up to this size
+_WIRES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def split_method(method: str) -> tuple[str, str | None]:
+    """``"oktopk+bf16"`` -> ``("oktopk", "bfloat16")``; no suffix: no wire."""
+    base, _, wire = method.partition("+")
+    if wire and (base not in SPARSE_METHODS or wire not in _WIRES):
+        raise SystemExit(f"ddp: {method!r}: a wire suffix is +bf16 or +fp16, "
+                         f"after one of {SPARSE_METHODS}")
+    return base, _WIRES.get(wire)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +88,7 @@ def _to_argv(args: argparse.Namespace) -> list[str]:
 
 def _methods(args: argparse.Namespace) -> list[str]:
     out = [m for item in args.methods for m in item.split(",") if m]
-    bad = [m for m in out if m not in ALL_METHODS]
+    bad = [m for m in out if split_method(m)[0] not in ALL_METHODS]
     if bad:
         raise SystemExit(f"ddp: unknown method(s) {bad}; choose from {ALL_METHODS}")
     return out
@@ -200,11 +212,15 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
     import pg_sparse
 
     ddp, state = model, None
+    base, wire = split_method(method)
     if method != "nocomm":
         group = gloo if method in TORCH_METHODS else None
         ddp = DDP(model, process_group=group, bucket_cap_mb=args.bucket_cap_mb,
                   gradient_as_bucket_view=args.bucket_view)
-        state = register_hook(ddp, method, args.density, gloo, psgd_groups)
+        if wire is not None:
+            state = pg_sparse.SparseState(density=args.density,
+                                          wire_dtype=getattr(torch, wire))
+        state = register_hook(ddp, base, args.density, gloo, psgd_groups, state)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     ready = [0.0]
 
@@ -272,7 +288,7 @@ def _row(method: str, model: str, per_step: Any, world: int, numel: int,
     }
     if method == "nocomm":
         row["bytes_per_rank"], row["bytes_source"] = 0.0, "no communication"
-    elif method == "gloo" or method in SPARSE_METHODS:
+    elif method == "gloo" or split_method(method)[0] in SPARSE_METHODS:
         row["bytes_per_rank"] = ring * 4 * numel
         row["bytes_source"] = "ring model 2(P-1)/P x 4 B x n"
     elif method in ("bf16", "fp16"):

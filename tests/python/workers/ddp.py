@@ -161,6 +161,50 @@ def half_bucket(algo: str, dtype: str) -> Callable[[], str]:
     return fn
 
 
+def narrow_wire(algo: str, bucket: str) -> Callable[[], str]:
+    """Values on a 16-bit wire: a bf16 bucket (by default) or an fp32 bucket
+    with wire_dtype=bfloat16 sends about 3/4 of the words of the same call
+    on an fp32 wire (a pair is 6 bytes instead of 8), and nothing is lost:
+    sum_ranks(residual) + P * output == sum_ranks(grad) up to the rounding of
+    the output to the bucket's dtype."""
+    def fn() -> str:
+        torch, dist = C.torch, C.dist
+        P = C.world_size
+        dt = getattr(torch, bucket)
+        wire = None if dt != torch.float32 else torch.bfloat16
+        n = 6000
+        g = torch.randn(n, generator=torch.Generator().manual_seed(7 * C.rank + 1)).to(dt)
+        words = {}
+        for name, wd in (("fp32", torch.float32), ("narrow", wire)):
+            state = C.pg_sparse.SparseState(algo=algo, density=0.05, warmup_steps=0,
+                                            wire_dtype=wd)
+            t = g.clone()
+            state.native_bucket(0, t).allreduce(t).wait()
+            s = state.stats()[0]
+            words[name] = s["words_sent"]
+            if name == "fp32":
+                continue
+            assert not s["dense"] or algo == "dense", s
+            res = state.state_dict()["buckets"][0]["residual"]
+            lhs, rhs, mag = res + P * t.float(), g.float(), g.float().abs()
+            for x in (lhs, rhs, mag):
+                dist.all_reduce(x, group=C.gloo)
+            lhs -= (P - 1) * P * t.float()  # the output is the same on every rank
+            out_ulp = 0.0 if dt == torch.float32 else 2.0 ** -8
+            # Dense and gTop-k sums form in the wire type, one rounding per
+            # combine, each within the unit roundoff of the terms' magnitudes.
+            sum_ulp = 2.0 ** -8 if algo in ("dense", "gtopk") else 0.0
+            tol = P * out_ulp * t.float().abs() + (P * sum_ulp + 1e-5) * mag + 1e-6
+            bad = int(((lhs - rhs).abs() > tol).sum())
+            assert bad == 0, f"{algo} {bucket}: invariant off at {bad} entries"
+        if P > 1:
+            ratio = words["narrow"] / words["fp32"]
+            limit = 0.55 if algo == "dense" else 0.8
+            assert ratio < limit, f"{algo} {bucket}: words {words} ratio {ratio:.3f}"
+        return f"words {words}"
+    return fn
+
+
 def half_ddp_model(dtype: str) -> Callable[[], str]:
     """A DDP model in half precision with the Ok-Topk hook at density 1.0:
     gradients close to the fp32 average of every rank's local gradients."""
@@ -568,6 +612,8 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
     checks += [(f"hook_density1_matches_dense_{a}", hook_matches_dense(a)) for a in ALGOS]
     checks += [(f"half_bucket_{d}_{a}", half_bucket(a, d)) for d in HALF for a in ALGOS]
     checks += [(f"half_ddp_model_{d}", half_ddp_model(d)) for d in HALF]
+    checks += [(f"narrow_wire_{b}_{a}", narrow_wire(a, b))
+               for b in ("bfloat16", "float32") for a in ALGOS]
     checks += [(f"error_feedback_{a}", error_feedback(a)) for a in ALGOS]
     checks += [("momentum_dense_matches_sgd", momentum_dense_matches_sgd(False)),
                ("momentum_dense_matches_sgd_nesterov", momentum_dense_matches_sgd(True))]

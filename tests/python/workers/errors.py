@@ -48,6 +48,9 @@ def bad_settings() -> str:
     expect_error(lambda: ps.SparseState(tau=0), (ValueError,), "tau")
     expect_error(lambda: ps.SparseState(tau_prime=1.5), (ValueError,), "tau_prime")
     expect_error(lambda: ps.SparseState(warmup_steps=-1), (ValueError,), "warmup_steps")
+    for wire in (C.torch.int8, C.torch.float64, "bfloat16"):
+        expect_error(lambda w=wire: ps.SparseState(wire_dtype=w), (TypeError,),
+                     "wire_dtype", str(wire))
     ps.SparseState(density=1.0)  # the bounds themselves are fine
     ps.SparseState(density=1e-6)
     return out[0]
