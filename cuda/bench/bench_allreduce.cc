@@ -35,11 +35,13 @@ struct Result {
 
 // Times @p iters calls of one bucket; inputs rotate among @p inputs so the
 // thresholds see changing data, as in training.
-Result run(pgs_algo_id_t algo, double density, pgs_comm_t *comm,
-           const pgs_ops_t *ops, size_t n, const std::vector<float *> &inputs,
-           float *work, cudaStream_t stream, int iters) {
+Result run(pgs_algo_id_t algo, pgs_dtype_t wire, double density,
+           pgs_comm_t *comm, const pgs_ops_t *ops, size_t n,
+           const std::vector<float *> &inputs, float *work, cudaStream_t stream,
+           int iters) {
   pgs_config_t cfg = PGS_CONFIG_INIT;
   cfg.algo = algo;
+  cfg.wire_dtype = wire;
   cfg.density = density;
   cfg.warmup_steps = 1;
   cfg.check_finite = 0;
@@ -118,11 +120,21 @@ int main(int argc, char **argv) {
   float *work = nullptr;
   cudaMalloc(&work, n * 4);
 
-  const pgs_algo_id_t algos[] = {PGS_ALGO_DENSE, PGS_ALGO_OKTOPK,
-                                 PGS_ALGO_TOPKA, PGS_ALGO_GAUSSIANK};
+  // Each algorithm with fp32 values on the wire, and the main ones with
+  // bf16 values too (dense+bf16: NCCL's bf16 allreduce, error kept).
+  struct Method {
+    pgs_algo_id_t algo;
+    pgs_dtype_t wire;
+  };
+  const Method algos[] = {
+      {PGS_ALGO_DENSE, PGS_FLOAT32},    {PGS_ALGO_DENSE, PGS_BFLOAT16},
+      {PGS_ALGO_OKTOPK, PGS_FLOAT32},   {PGS_ALGO_OKTOPK, PGS_BFLOAT16},
+      {PGS_ALGO_TOPKA, PGS_FLOAT32},    {PGS_ALGO_TOPKA, PGS_BFLOAT16},
+      {PGS_ALGO_GAUSSIANK, PGS_FLOAT32}};
   std::vector<Result> res;
   for (auto a : algos)
-    res.push_back(run(a, density, comm, ops, n, inputs, work, stream, iters));
+    res.push_back(run(a.algo, a.wire, density, comm, ops, n, inputs, work,
+                      stream, iters));
   if (rank_ == 0) {
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
@@ -134,15 +146,17 @@ int main(int argc, char **argv) {
                 "vs dense", "max words sent", "max words recv", "2k(P-1)/P",
                 "6k(P-1)/P");
     for (size_t i = 0; i < res.size(); ++i)
-      std::printf("%-10s %12.3f %10.2fx %14lld %14lld %12.0f %12.0f\n",
-                  pgs_algo_name(algos[i]), res[i].median_ms,
-                  res[0].median_ms / res[i].median_ms,
+      std::printf("%-10s%-5s %7.3f %10.2fx %14lld %14lld %12.0f %12.0f\n",
+                  pgs_algo_name(algos[i].algo),
+                  algos[i].wire == PGS_BFLOAT16 ? "+bf16" : "",
+                  res[i].median_ms, res[0].median_ms / res[i].median_ms,
                   (long long)res[i].max_words_sent,
                   (long long)res[i].max_words_recv,
                   res[i].last.words_lower_bound, res[i].last.words_upper_bound);
     std::printf(
         "(dense = NCCL allreduce of the same buffer through the same "
-        "transport; 'vs dense' > 1 means faster than dense)\n");
+        "transport; 'vs dense' > 1 means faster than fp32 dense; +bf16: "
+        "values on the wire in bf16; words are 4 bytes)\n");
   }
   for (auto p : inputs) cudaFree(p);
   cudaFree(work);
