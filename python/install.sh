@@ -11,8 +11,10 @@ sudo_if_needed() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 
 install_system_packages() {
   # fortunes: the English text corpus of the convergence examples'
-  # language models (/usr/share/games/fortunes).
-  local pkgs=(cmake make g++ libopenmpi-dev openmpi-bin libgtest-dev fortunes)
+  # language models (/usr/share/games/fortunes); valgrind and clang (with
+  # libFuzzer): the test command's memcheck and fuzzing steps.
+  local pkgs=(cmake make g++ libopenmpi-dev openmpi-bin libgtest-dev fortunes valgrind
+              clang libclang-rt-14-dev)
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   [ ${#missing[@]} -eq 0 ] && return 0

@@ -781,11 +781,11 @@ TEST(BucketConfig, RejectsBadConfiguration) {
   c.struct_size = 8;
   EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
             PGS_ERR_INVALID);
-  // Values travel as fp32, fp16 or bf16, nothing else.
+  // Values travel as fp32, fp16 or bf16, nothing else (99 stored as an int:
+  // not a value of the C++ enum, as a C caller could pass it).
   c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
-  for (pgs_dtype_t bad :
-       {PGS_INT64, PGS_FLOAT64, static_cast<pgs_dtype_t>(99)}) {
-    c.wire_dtype = bad;
+  for (int bad : {int{PGS_INT64}, int{PGS_FLOAT64}, 99}) {
+    std::memcpy(&c.wire_dtype, &bad, sizeof bad);
     EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
               PGS_ERR_UNSUPPORTED);
   }

@@ -64,7 +64,16 @@ static int count_and_share(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   st = pgs_comm_allgather_host(b->comm, mine, 3, s->info);
   if (st != PGS_OK) return st;
   *total = 0;
-  for (int j = 0; j < b->size; ++j) *total += s->info[3 * j];
+  const int64_t words_max = 2 * (int64_t)b->n;
+  for (int j = 0; j < b->size; ++j) {
+    /* Picks lie in region j; phase-1 words are pairs of [0, n). Anything
+     * else is a malformed message: refused before it sizes a buffer. */
+    const int64_t *in = s->info + 3 * j;
+    if (in[0] < 0 || in[0] > pgs_split_len(sp, j) || in[1] < 0 ||
+        in[1] > words_max || in[2] < 0 || in[2] > words_max)
+      return PGS_ERR_INDEX;
+    *total += in[0];
+  }
   return PGS_OK;
 }
 

@@ -41,7 +41,9 @@ static int share_counts(pgs_bucket_t *b, int64_t m, size_t pair_bytes,
   size_t *bytes = b->host_bytes, *displs = b->host_bytes + P;
   size_t off = 0;
   for (int r = 0; r < P; ++r) {
-    if (counts[r] < 0) return PGS_ERR_INDEX;
+    /* A block holds distinct indices of [0, n): a count outside [0, n] is a
+     * malformed message, refused before anything is sized by it. */
+    if (counts[r] < 0 || counts[r] > (int64_t)b->n) return PGS_ERR_INDEX;
     bytes[r] = (size_t)counts[r] * pair_bytes;
     displs[r] = off;
     off += bytes[r];
