@@ -23,10 +23,11 @@ cmake --build "$build" -j "$(nproc)"
 (cd "$build" && ctest --output-on-failure)
 
 # The same C core suite built with AddressSanitizer and UndefinedBehavior-
-# Sanitizer (every finding fatal). Leaks are checked at P = 1 to 3 (Open
+# Sanitizer (every finding fatal), ThreadSanitizer on ranks as threads, and
+# valgrind memcheck on the ops suites. Leaks are checked at P = 1 to 3 (Open
 # MPI's own allocations suppressed); at more ranks LeakSanitizer's exit-time
 # tracer itself crashes now and then under 2 oversubscribed cores.
-bash "$root/tests/sanitizers/run.sh" asan valgrind
+bash "$root/tests/sanitizers/run.sh" asan tsan valgrind
 # libFuzzer on what peers send (malformed counts, indices, regions): the
 # committed corpus replayed, then a minute of new inputs.
 bash "$root/tests/fuzz/run.sh" 60

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The C core's GoogleTest suite under sanitizers, each in its own build:
 #   bash tests/sanitizers/run.sh asan       AddressSanitizer + UBSan, mpirun P = 1..8
+#   bash tests/sanitizers/run.sh tsan       ThreadSanitizer, ranks as threads (P <= 16)
 #   bash tests/sanitizers/run.sh valgrind   valgrind memcheck on the ops suites
 # Every finding fails the step.
 set -euo pipefail
@@ -9,16 +10,17 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 supp="$root/tests/sanitizers"
 
-build_with() {  # build_with DIR SANITIZERS
+build_with() {  # build_with DIR SANITIZERS TARGET
   cmake -S "$root" -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DPGS_WITH_CUDA=OFF -DPGS_SANITIZE="$2" >"$1.configure.log" 2>&1 ||
     { tail -30 "$1.configure.log"; return 1; }
-  cmake --build "$1" -j "$(nproc)" --target pgs_core_tests
+  cmake --build "$1" -j "$(nproc)" --target "$3" >"$1.build.log" 2>&1 ||
+    { tail -30 "$1.build.log"; return 1; }
 }
 
 step_asan() {
   local build="$root/build/asan"
-  build_with "$build" address,undefined
+  build_with "$build" address,undefined pgs_core_tests
   # Full stacks on malloc, so the Open MPI suppressions match at any depth.
   export ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp"
@@ -26,6 +28,15 @@ step_asan() {
   (cd "$build" && ctest --output-on-failure -R 'core_np[123]$')
   ASAN_OPTIONS=detect_leaks=0 \
     bash -c "cd '$build' && ctest --output-on-failure -E 'core_np[123]$'"
+}
+
+# Every algorithm with 2 to 16 ranks as threads of one process: a data race
+# in the library's state (or the transport's) fails the run.
+step_tsan() {
+  local build="$root/build/tsan"
+  build_with "$build" thread pgs_thread_tests
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    "$build/tests/threads/pgs_thread_tests" --gtest_brief=1
 }
 
 # Memcheck on the ops suites: one process, no transport (MPI's own

@@ -28,9 +28,10 @@ static inline int pgs_cpu_finite(float x) {
  * for AVX2 and for the baseline, and the loader picks one (ifunc), so the
  * library runs on any x86-64 and at full width where it can. GCC only:
  * clang 14 emits no symbol for a cloned function called from another file
- * (the fuzz build uses clang and the baseline). */
+ * (the fuzz build uses clang and the baseline). Not under ThreadSanitizer,
+ * whose instrumented resolver would run before the sanitizer is set up. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    defined(__linux__)
+    defined(__linux__) && !defined(__SANITIZE_THREAD__)
 #define PGS_CPU_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define PGS_CPU_CLONES
