@@ -281,6 +281,11 @@ static MPI_Comm make_group_comm(std::vector<int64_t> global_ranks,
   MPI_Group_free(&world_group);
   TORCH_CHECK(rc == MPI_SUCCESS && sub != MPI_COMM_NULL,
               "pg_sparse: MPI_Comm_create_group failed");
+  // Errors come back as codes on this communicator and every duplicate of
+  // it (the user's point-to-point one included), so a failed call raises
+  // on this rank instead of aborting the job.
+  rc = MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+  TORCH_CHECK(rc == MPI_SUCCESS, "pg_sparse: MPI_Comm_set_errhandler failed");
   return sub;
 }
 

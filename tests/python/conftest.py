@@ -71,6 +71,7 @@ class Job:
     stdout: str
     stderr: str
     results: dict[int, dict] = field(default_factory=dict)
+    leftover: list[str] = field(default_factory=list)  # processes still alive after
 
     def log(self, limit: int = 8000) -> str:
         def tail(text: str) -> str:
@@ -111,23 +112,40 @@ class Job:
             assert self.rank(r).get("done"), f"rank {r} did not finish{self.log()}"
 
 
+def _leftover(pgid: int) -> list[str]:
+    """Processes of the job's process group still alive (then killed)."""
+    found = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(pgid)],
+                           capture_output=True, text=True).stdout.split("\n")
+    # Zombies (stat Z) have ended; only their parent's reaping is missing.
+    alive = [line.strip() for line in found
+             if line.strip() and not line.split()[1].startswith("Z")]
+    if alive:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
 def launch(launcher: str, script: str, nproc: int, args: tuple[str, ...] = (),
            env: dict[str, str] | None = None, timeout: float = 120.0,
-           label: str | None = None) -> Job:
+           label: str | None = None, launcher_args: tuple[str, ...] = ()) -> Job:
     """Run workers/<script> on ``nproc`` ranks under ``launcher`` ("torchrun"
-    or "mpirun"), wait at most ``timeout`` seconds (then kill the whole job)
-    and collect the ranks' JSON results."""
+    or "mpirun", with ``launcher_args`` added to its options), wait at most
+    ``timeout`` seconds (then kill the whole job) and collect the ranks' JSON
+    results; processes of the job still alive after it are listed in
+    ``Job.leftover`` (and killed)."""
     out = Path(tempfile.mkdtemp(prefix=f"pgs_{Path(script).stem}_"))
     path = str(WORKERS / script)
     if launcher == "torchrun":
+        opts = ["--max_restarts=0", "--monitor_interval=0.2", *launcher_args]
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", "--max_restarts=0",
-               "--monitor_interval=0.2", path]
+               f"--nproc_per_node={nproc}", *opts, path]
     elif launcher == "mpirun":
         mpirun = shutil.which("mpirun")
         assert mpirun, "mpirun not found (install openmpi-bin)"
         cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(nproc),
-               sys.executable, path]
+               *launcher_args, sys.executable, path]
     else:
         raise ValueError(launcher)
     cmd += ["--out", str(out), *args]
@@ -144,6 +162,9 @@ def launch(launcher: str, script: str, nproc: int, args: tuple[str, ...] = (),
     job = Job(label or f"{launcher}-{nproc}-{script}", cmd, nproc,
               None if timed_out else proc.returncode, timed_out,
               time.monotonic() - start, stdout, stderr)
+    if not timed_out:
+        time.sleep(0.5)  # let the launcher's own cleanup finish
+        job.leftover = _leftover(proc.pid)
     for f in out.glob("rank*.json"):
         job.results[int(f.stem[4:])] = json.loads(f.read_text())
     shutil.rmtree(out, ignore_errors=True)
@@ -157,10 +178,13 @@ class Jobs:
         self._done: dict[tuple, Job] = {}
 
     def get(self, launcher: str, script: str, nproc: int, args: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, timeout: float = 120.0) -> Job:
-        key = (launcher, script, nproc, args, tuple(sorted((env or {}).items())))
+            env: dict[str, str] | None = None, timeout: float = 120.0,
+            launcher_args: tuple[str, ...] = ()) -> Job:
+        key = (launcher, script, nproc, args, tuple(sorted((env or {}).items())),
+               launcher_args)
         if key not in self._done:
-            self._done[key] = launch(launcher, script, nproc, args, env, timeout)
+            self._done[key] = launch(launcher, script, nproc, args, env, timeout,
+                                     launcher_args=launcher_args)
         return self._done[key]
 
 

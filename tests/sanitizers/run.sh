@@ -10,17 +10,18 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 supp="$root/tests/sanitizers"
 
-build_with() {  # build_with DIR SANITIZERS TARGET
+build_with() {  # build_with DIR SANITIZERS "TARGET..."
   cmake -S "$root" -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DPGS_WITH_CUDA=OFF -DPGS_SANITIZE="$2" >"$1.configure.log" 2>&1 ||
     { tail -30 "$1.configure.log"; return 1; }
-  cmake --build "$1" -j "$(nproc)" --target "$3" >"$1.build.log" 2>&1 ||
+  # shellcheck disable=SC2086 # the targets are a list
+  cmake --build "$1" -j "$(nproc)" --target $3 >"$1.build.log" 2>&1 ||
     { tail -30 "$1.build.log"; return 1; }
 }
 
 step_asan() {
   local build="$root/build/asan"
-  build_with "$build" address,undefined pgs_core_tests
+  build_with "$build" address,undefined "pgs_core_tests pgs_thread_tests"
   # Full stacks on malloc, so the Open MPI suppressions match at any depth.
   export ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp"
