@@ -124,3 +124,54 @@ def test_cli_error_cleans_up(prefix: str) -> None:
     from pg_sparse.bench.net import namespaces
 
     assert namespaces(prefix) == []
+
+
+def test_cut_link_raises_on_every_rank(prefix: str) -> None:
+    """A link cut mid-run (``ip link set down`` on host 1's veth at the
+    bridge), two ranks in a DDP loop with the Ok-Topk hook: both raise a
+    clear error within the process group's timeout (10 s) plus 30 s, the job
+    ends and nothing of it is left running (reliability issue)."""
+    import threading
+    import time
+
+    from pg_sparse.bench.net import Network, namespaces
+    from pg_sparse.bench.netns import sh
+
+    out = Path(tempfile.mkdtemp(prefix="pgs_net_"))
+    worker = str(HERE / "workers" / "faults.py")
+    result = {}
+    try:
+        with Network(hosts=2, rate="unshaped", prefix=prefix) as net:
+            def launch() -> None:
+                result["res"] = net.torchrun(
+                    ["--out", str(out), "--mode", "cut", "--timeout-s", "10"],
+                    script=worker, timeout=100, fail_grace=45.0)
+            t = threading.Thread(target=launch)
+            t.start()
+            deadline = time.monotonic() + 60
+            while not all((out / f"ready{r}").exists() for r in (0, 1)):
+                assert time.monotonic() < deadline and t.is_alive(), "ranks never got ready"
+                time.sleep(0.1)
+            time.sleep(1.0)  # a few healthy steps over the link
+            (out / "died").write_text(str(time.time()))
+            sh("ip", "-n", net.bridge_ns, "link", "set", "v1", "down")
+            t.join(timeout=120)
+            assert not t.is_alive(), "the launch never returned"
+            res = result["res"]
+            assert not res.timed_out, res.summary()
+            for ns in namespaces(prefix):
+                pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                      text=True).stdout.split()
+                assert not pids, f"{ns} still runs {pids}"
+        ranks = _results(out)
+        assert sorted(ranks) == [0, 1], res.tail(0) + res.tail(-1)
+        for r, rec in ranks.items():
+            check = rec["checks"].get("raises")
+            assert check and check["ok"], f"rank {r}: {check}" + res.tail(r)
+            since = float(check["detail"].split("(")[1].split(" s after")[0])
+            assert since < 10 + 30, check["detail"]
+            print(f"rank {r}: {check['detail']}")
+            error = rec["info"]["error"].lower()
+            assert any(w in error for w in ("timed out", "connection", "closed")), error
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

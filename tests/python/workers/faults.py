@@ -6,6 +6,10 @@ dies; ``hook``: in a DDP backward with the Ok-Topk hook; ``p2p``: rank 0
 waits in ``recv`` from the victim. The victim (the last rank) announces its
 death in a file, then kills itself; each survivor records whether its call
 raised, how long after the death, and the message.
+
+``--mode cut``: nobody dies; every rank writes ``ready<R>`` and keeps
+running hook steps until one raises, while the test cuts a link between
+network namespaces and writes the time into ``died``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from workers.timeout import file_barrier  # noqa: E402
 def main() -> None:
     args = parse_args(lambda p: (p.add_argument("--timeout-s", type=float, default=10.0),
                                  p.add_argument("--mode", default="allreduce",
-                                                choices=("allreduce", "hook", "p2p"))))
+                                                choices=("allreduce", "hook", "p2p",
+                                                         "cut"))))
     import torch
     import torch.distributed as dist
 
@@ -48,13 +53,20 @@ def main() -> None:
     rec.record("healthy_before", t[0].item() == world_size, f"sum {t[0].item()}")
     victim = world_size - 1
     died = out / "died"
-    if rank == victim:
+    if args.mode == "cut":
+        (out / f"ready{rank}").touch()
+    elif rank == victim:
         time.sleep(1.0)  # the survivors are inside their call by now
         died.write_text(str(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
 
     def call() -> None:
-        if args.mode == "allreduce":
+        if args.mode == "cut":
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                model(torch.randn(4, 64)).sum().backward()
+                time.sleep(0.05)
+        elif args.mode == "allreduce":
             dist.all_reduce(torch.ones(1 << 16))
         elif args.mode == "hook":
             model(torch.randn(4, 64)).sum().backward()
@@ -75,9 +87,10 @@ def main() -> None:
         rec.record("raises", True, f"{type(e).__name__} after {waited:.1f} s "
                    f"({since:.1f} s after the death): {str(e).splitlines()[0][:200]}")
     rec.finish()
-    # Leave at once: the group cannot be shut down cleanly with a dead peer,
-    # and a thread may still sit in the transport.
-    os._exit(0)
+    # Leave at once, failed: the group cannot be shut down cleanly with a
+    # dead peer, a thread may still sit in the transport, and a launcher
+    # must not wait at its exit barrier for a peer it cannot reach.
+    os._exit(1)
 
 
 if __name__ == "__main__":
