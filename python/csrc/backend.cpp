@@ -91,6 +91,10 @@ void SparseBackend::shutdown() {
     // The worker drains its queue first; the watchdog still guards that.
     std::unique_lock<std::mutex> lock(mutex_);
     stopped_cv_.wait(lock, [&] { return worker_done_ || !broken_.empty(); });
+    // An aborted transport returns from the stuck call at once.
+    if (aborted_)
+      stopped_cv_.wait_for(lock, std::chrono::seconds(10),
+                           [&] { return worker_done_; });
     stuck = !worker_done_;
   }
   // A worker stuck in a transport call after a timeout can never be joined.
@@ -206,12 +210,17 @@ void SparseBackend::watchdog_loop() {
   while (!(stop_ && (worker_done_ || !broken_.empty()))) {
     watchdog_cv_.wait_for(lock, 100ms);
     auto now = std::chrono::steady_clock::now();
-    if (running_ && broken_.empty() && now - running_since_ > running_timeout_)
+    if (running_ && broken_.empty() &&
+        now - running_since_ > running_timeout_) {
       fail_all(std::string("pg_sparse: ") + running_title_ +
                " timed out after " + std::to_string(running_timeout_.count()) +
                " ms on rank " + std::to_string(rank_) +
                " (a peer died, stalled or called a different collective); "
                "the process group is no longer usable");
+      // End the stuck call where the transport can (MPI): the worker then
+      // returns and can be joined instead of left behind.
+      aborted_ = comm_ && pgs_comm_abort(comm_.get()) == PGS_OK;
+    }
   }
 }
 

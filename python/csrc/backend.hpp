@@ -208,6 +208,7 @@ class SparseBackend : public c10d::Backend {
   bool pool_closed_ = false;  // shutdown is joining the completers
   int idle_completers_ = 0;   // completers waiting for a Done
   std::string broken_;        // set once a timeout has failed the backend
+  bool aborted_ = false;      // the transport took the watchdog's abort
   std::thread worker_, watchdog_;
   std::vector<std::thread> completers_;
 };

@@ -89,7 +89,11 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   c.warmup_steps = config.warmup_steps;
   c.tau = config.tau;
   c.tau_prime = config.tau_prime;
-  c.check_finite = config.check_finite ? 1 : 0;
+  TORCH_CHECK_VALUE(config.nonfinite == "raise" || config.nonfinite == "skip",
+                    "pg_sparse: nonfinite must be 'raise' or 'skip', got '",
+                    config.nonfinite, "'");
+  const bool skip = config.nonfinite == "skip";
+  c.check_finite = !config.check_finite ? 0 : skip ? PGS_FINITE_EXACT : 1;
   c.wire_dtype = wire_dtype_of(config.wire);
   TORCH_CHECK_VALUE(numel > 0, "pg_sparse: empty bucket");
   state_ = std::make_shared<State>();
@@ -130,7 +134,8 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
   int64_t n = numel_;
   return backend_->enqueue(
       c10d::OpType::ALLREDUCE, "pg_sparse:sparse_allreduce", {t},
-      [state, t, algo, n, side] {
+      [state, t, algo, n, side,
+       skip = state->config.check_finite == PGS_FINITE_EXACT] {
         std::lock_guard<std::mutex> lock(state->mutex);
 #ifdef PGS_SHIM_CUDA
         if (side && !state->cuda) move_to_cuda(*state, side, n);
@@ -142,6 +147,11 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
         float* p = work.data_ptr<float>();
         int st = pgs_bucket_allreduce(state->bucket, p, p);
         pgs_bucket_stats(state->bucket, &state->last);
+        if (st == PGS_ERR_NONFINITE && skip) {
+          // Every rank sees the flag alike: all skip this step together.
+          work.zero_();
+          st = PGS_OK;
+        }
         if (st != PGS_OK)
           check(st, "sparse allreduce (" + algo + ")",
                 describe_failure(st, n, algo));

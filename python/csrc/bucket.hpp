@@ -22,6 +22,9 @@ struct BucketConfig {
   int64_t tau = 64;
   int64_t tau_prime = 32;
   bool check_finite = true;
+  // On NaN/Inf (with check_finite): "raise", or "skip" (a zero output on
+  // every rank, the residual restored bit for bit, no error).
+  std::string nonfinite = "raise";
   std::string wire = "float32";  // float32, float16 or bfloat16
 };
 

@@ -15,7 +15,7 @@ ALGORITHMS: tuple[str, ...] = ("dense", "topka", "topkdsa", "gtopk",
                                "gaussiank", "oktopk")
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
-                "density_warmup_start", "wire_dtype")
+                "density_warmup_start", "wire_dtype", "nonfinite")
 # Types the values of a sparse message may travel in, by their native names.
 _WIRE_TYPES = {torch.float32: "float32", torch.float16: "float16",
                torch.bfloat16: "bfloat16"}
@@ -36,7 +36,17 @@ class SparseState:
         tau: Ok-Topk repartitions its regions every ``tau`` sparse steps.
         tau_prime: Ok-Topk's exact global threshold every ``tau_prime`` sparse
             steps (the local threshold is exact on every call).
-        check_finite: NaN/Inf in any rank's bucket raises on every rank.
+        check_finite: check buckets for NaN/Inf (on any rank, every rank
+            learns it from the algorithm's first message); False drops
+            non-finite entries of a sparse call unchecked (never added to the
+            residual) and reduces them as they are in a dense one.
+        nonfinite: what a checked NaN/Inf does: ``"raise"`` (the default)
+            raises on every rank, the residual restored up to the rounding of
+            r + g - g; ``"skip"`` makes that step a zero gradient on every
+            rank, the residual restored bit for bit (a snapshot per sparse
+            call: one more pass and one more fp32 copy of the bucket), so a
+            training loop with loss-scaling overflows can go on. An optimizer
+            with momentum still applies its momentum on a skipped step.
         process_group: the group to reduce over (default: the world).
         momentum: DGC's momentum correction (Lin et al., ICLR'18): each rank
             keeps a velocity ``u = momentum * u + g`` of its own gradient and
@@ -82,7 +92,7 @@ class SparseState:
                  process_group: dist.ProcessGroup | None = None,
                  momentum: float = 0.0, nesterov: bool = False,
                  density_warmup_steps: int = 0, density_warmup_start: float = 0.25,
-                 wire_dtype: torch.dtype | None = None) -> None:
+                 wire_dtype: torch.dtype | None = None, nonfinite: str = "raise") -> None:
         if algo is not None and algo not in ALGORITHMS:
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {ALGORITHMS}")
@@ -105,6 +115,10 @@ class SparseState:
         if wire_dtype is not None and wire_dtype not in _WIRE_TYPES:
             raise TypeError(f"pg_sparse: wire_dtype must be None, torch.float32, "
                             f"torch.float16 or torch.bfloat16, got {wire_dtype!r}")
+        if nonfinite not in ("raise", "skip"):
+            raise ValueError(f"pg_sparse: nonfinite must be 'raise' or 'skip', "
+                             f"got {nonfinite!r}")
+        self.nonfinite = nonfinite
         self.wire_dtype = wire_dtype
         self.algo = algo
         self.density = float(density)
@@ -144,6 +158,7 @@ class SparseState:
         c.tau = self.tau
         c.tau_prime = self.tau_prime
         c.check_finite = self.check_finite
+        c.nonfinite = self.nonfinite
         return c
 
     def _backend(self, device: torch.device) -> Any:

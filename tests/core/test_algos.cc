@@ -316,6 +316,26 @@ TEST_P(AlgoTest, NonFiniteAfterFirstCallFailsEverywhere) {
   }
 }
 
+// PGS_FINITE_EXACT: the same failure, and the residual comes back bit for
+// bit after real sparse calls (the hooks' nonfinite="skip" policy).
+TEST_P(AlgoTest, NonFiniteExactRestoresResidualBits) {
+  const size_t n = 500;
+  pgs_config_t cfg = make_config(algo(), 0.1, 1, 3, 2);
+  cfg.check_finite = PGS_FINITE_EXACT;
+  Runner run(transport(), cfg, n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  for (int64_t step = 0; step < 5; ++step) {
+    ASSERT_TRUE(run.step_all(normal_data(n, 63, world_rank(), step)));
+    std::vector<float> kept = run.resid;
+    auto g = normal_data(n, 63, world_rank(), step + 10);
+    if (world_rank() == 0) g[(size_t)step * 5] = step % 2 ? -INFINITY : NAN;
+    ASSERT_TRUE(run.step_all(g, PGS_ERR_NONFINITE)) << "step " << step;
+    EXPECT_EQ(std::memcmp(run.resid.data(), kept.data(), n * 4), 0) << step;
+  }
+  EXPECT_TRUE(run.step_all(normal_data(n, 63, world_rank(), 99)));
+  EXPECT_EQ(conservation_failures(run, n), 0);
+}
+
 // Without check_finite nothing fails: a sparse call drops the non-finite
 // entry (never added to the residual, so the residual stays finite and the
 // rest of the call is exact), a dense call reduces it as it is (NaN there
@@ -774,6 +794,12 @@ TEST(BucketConfig, RejectsBadConfiguration) {
   c.tau = 0;
   EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
             PGS_ERR_INVALID);
+  c = make_config(PGS_ALGO_TOPKA, 0.1, 0);
+  for (int bad : {-1, PGS_FINITE_EXACT + 1}) {
+    c.check_finite = bad;
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+              PGS_ERR_INVALID);
+  }
   c = make_config(static_cast<pgs_algo_id_t>(PGS_ALGO_COUNT), 0.1, 0);
   EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
             PGS_ERR_INVALID);

@@ -1,8 +1,10 @@
 // Both transports (Open MPI and the ext test transport) over MPI_COMM_WORLD.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "comm_test_util.h"
 
@@ -407,6 +409,61 @@ INSTANTIATE_TEST_SUITE_P(Transports, CommTransport,
                          [](const testing::TestParamInfo<Transport> &info) {
                            return pgs_test::transport_name(info.param);
                          });
+
+// ---- abort -----------------------------------------------------------------
+
+// pgs_comm_abort() from another thread (the backend's watchdog) ends a
+// collective whose peers never come, on the MPI transport, and every later
+// call fails at once.
+TEST(CommAbort, EndsAStuckCollectiveOnMpi) {
+  if (pgs_test::world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  CommPtr comm = pgs_test::make_comm(Transport::kMpi);
+  ASSERT_TRUE(pgs_test::all_ranks(comm != nullptr));
+  std::vector<int64_t> v(4, 1);
+  if (pgs_test::world_rank() == 0) {
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      EXPECT_EQ(pgs_comm_abort(comm.get()), PGS_OK);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(
+        pgs_comm_allreduce_host(comm.get(), v.data(), 4, PGS_INT64, PGS_SUM),
+        PGS_ERR_ABORTED);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    watchdog.join();
+    EXPECT_LT(s, 5.0);
+    EXPECT_TRUE(pgs_comm_aborted(comm.get()));
+    EXPECT_EQ(pgs_comm_barrier(comm.get()), PGS_ERR_ABORTED);
+    EXPECT_EQ(
+        pgs_comm_allreduce_host(comm.get(), v.data(), 4, PGS_INT64, PGS_SUM),
+        PGS_ERR_ABORTED);
+    MPI_Barrier(MPI_COMM_WORLD);  // the others come only now
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    // Join rank 0's abandoned allreduce late, so it completes in the
+    // background (rank 0 makes progress inside the barrier below).
+    EXPECT_EQ(
+        pgs_comm_allreduce_host(comm.get(), v.data(), 4, PGS_INT64, PGS_SUM),
+        PGS_OK);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A transport without an abort entry: the call reports it, and later calls
+// still fail at once without reaching the transport.
+TEST(CommAbort, WithoutTransportSupportLaterCallsFail) {
+  CommPtr comm = pgs_test::make_comm(Transport::kExt);
+  ASSERT_TRUE(pgs_test::all_ranks(comm != nullptr));
+  EXPECT_FALSE(pgs_comm_aborted(comm.get()));
+  EXPECT_EQ(pgs_comm_abort(comm.get()), PGS_ERR_UNSUPPORTED);
+  EXPECT_EQ(pgs_comm_abort(nullptr), PGS_ERR_INVALID);
+  int64_t v = 1;
+  EXPECT_EQ(pgs_comm_allreduce_host(comm.get(), &v, 1, PGS_INT64, PGS_SUM),
+            PGS_ERR_ABORTED);
+  EXPECT_EQ(pgs_comm_barrier(comm.get()), PGS_ERR_ABORTED);
+}
 
 // ---- messages above INT_MAX bytes (opt-in: several GiB per rank) ---------
 //

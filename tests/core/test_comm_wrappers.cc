@@ -17,7 +17,7 @@ TEST(CommStatus, StringsAndNamesFollowTheMap) {
 #undef PGS_TEST_STATUS_
   EXPECT_STREQ(pgs_status_string(PGS_ERR_COMM), "transport error");
   EXPECT_STREQ(pgs_status_name(PGS_ERR_INVALID), "PGS_ERR_INVALID");
-  for (int unknown : {1, 7, -12, -1000, INT_MIN, INT_MAX}) {
+  for (int unknown : {1, 7, -13, -1000, INT_MIN, INT_MAX}) {
     EXPECT_STREQ(pgs_status_string(unknown), "unknown status") << unknown;
     EXPECT_STREQ(pgs_status_name(unknown), "PGS_UNKNOWN") << unknown;
   }

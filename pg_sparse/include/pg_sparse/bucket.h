@@ -51,13 +51,20 @@ typedef struct pgs_config {
   int64_t warmup_steps;   /**< calls run as dense allreduce first (>= 0) */
   int64_t tau;            /**< oktopk: repartition every tau sparse steps */
   int64_t tau_prime;      /**< exact thresholds every tau_prime sparse steps */
-  int check_finite;       /**< non-zero: NaN/Inf anywhere fails the call on
-                               every rank with PGS_ERR_NONFINITE */
+  int check_finite;       /**< 1: NaN/Inf anywhere fails the call on every
+                               rank with PGS_ERR_NONFINITE, the residual
+                               restored up to rounding; PGS_FINITE_EXACT:
+                               the same, the residual restored bit for bit
+                               (a snapshot per sparse call: one more pass
+                               and n more floats); 0: unchecked */
   pgs_dtype_t wire_dtype; /**< type of the values on the wire: PGS_FLOAT32,
                                or PGS_FLOAT16 / PGS_BFLOAT16 (half the value
                                bytes; what rounding leaves out stays in the
                                residual). Indices are int32 either way. */
 } pgs_config_t;
+
+/** check_finite value: fail on NaN/Inf and restore the residual exactly. */
+#define PGS_FINITE_EXACT 2
 
 #define PGS_CONFIG_INIT \
   { sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1, PGS_FLOAT32 }

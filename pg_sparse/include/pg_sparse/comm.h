@@ -77,6 +77,11 @@ typedef struct pgs_comm_vtable {
   int (*barrier)(void *impl);
   /** Release @p impl. Called once by pgs_comm_destroy(). */
   void (*destroy)(void *impl);
+  /** Optional (may be NULL). Called from any thread, also while another
+   *  thread is inside a call of this transport: that call must return
+   *  PGS_ERR_ABORTED promptly instead of waiting for peers. Must not block
+   *  and must be safe to call more than once. */
+  int (*abort)(void *impl);
 } pgs_comm_vtable_t;
 
 /** Bytes moved through one communicator since its creation, and the number
@@ -104,6 +109,16 @@ int pgs_comm_create(const pgs_comm_vtable_t *vtable, void *impl, int rank,
  *  on every rank together with no batch in flight: the MPI transport frees a
  *  duplicated communicator, which MPI defines as collective. */
 void pgs_comm_destroy(pgs_comm_t *comm);
+
+/** Abort the communicator from any thread (a watchdog's, while the owning
+ *  thread is stuck in a call): the call in progress returns PGS_ERR_ABORTED
+ *  where the transport can interrupt it, and every later call returns it at
+ *  once. The communicator can only be destroyed afterwards. @return PGS_OK,
+ *  or PGS_ERR_UNSUPPORTED when the transport cannot interrupt a call in
+ *  progress (later calls still fail at once). */
+int pgs_comm_abort(pgs_comm_t *comm);
+/** Whether pgs_comm_abort() was called. */
+int pgs_comm_aborted(const pgs_comm_t *comm);
 
 int pgs_comm_rank(const pgs_comm_t *comm);
 int pgs_comm_size(const pgs_comm_t *comm);

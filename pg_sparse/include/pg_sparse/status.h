@@ -22,7 +22,8 @@ extern "C" {
   X(PGS_ERR_OVERFLOW, -8, "output buffer too small")                       \
   X(PGS_ERR_DEVICE, -9, "device (CUDA) error")                             \
   X(PGS_ERR_TIMEOUT, -10, "operation timed out")                           \
-  X(PGS_ERR_BUSY, -11, "object still in use")
+  X(PGS_ERR_BUSY, -11, "object still in use")                              \
+  X(PGS_ERR_ABORTED, -12, "communicator aborted")
 
 typedef enum pgs_status {
 #define PGS_STATUS_ENUM_(name, value, text) name = value,

@@ -59,6 +59,8 @@ struct pgs_bucket {
   /* On a narrow wire (16-bit values): the encoded blocks sent and
    * received, and the rounding errors of the values being encoded. */
   pgs_buf_t wire_send, wire_recv, wire_err;
+  /* check_finite == PGS_FINITE_EXACT: the residual as the call found it. */
+  pgs_buf_t snapshot;
   int64_t *host_counts; /* 4 * size int64 */
   size_t *host_bytes;   /* 2 * size size_t: allgatherv sizes and displs */
 };

@@ -55,6 +55,8 @@ static int check_config(const pgs_config_t *c, size_t n) {
   if (!(c->density > 0.0) || c->density > 1.0) return PGS_ERR_INVALID;
   if (c->warmup_steps < 0 || c->tau < 1 || c->tau_prime < 1)
     return PGS_ERR_INVALID;
+  if (c->check_finite < 0 || c->check_finite > PGS_FINITE_EXACT)
+    return PGS_ERR_INVALID;
   if (c->wire_dtype != PGS_FLOAT32 && c->wire_dtype != PGS_FLOAT16 &&
       c->wire_dtype != PGS_BFLOAT16)
     return PGS_ERR_UNSUPPORTED;
@@ -135,6 +137,7 @@ void pgs_bucket_destroy(pgs_bucket_t *b) {
   pgs_buf_release(b->ops, &b->wire_send);
   pgs_buf_release(b->ops, &b->wire_recv);
   pgs_buf_release(b->ops, &b->wire_err);
+  pgs_buf_release(b->ops, &b->snapshot);
   free(b->host_counts);
   free(b->host_bytes);
   free(b);
@@ -221,8 +224,18 @@ int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
                           int32_t *idx, float *val, size_t cap,
                           int64_t *count) {
   int64_t bad = 0;
-  int st = b->ops->accumulate_select(b->ops, b->resid, grad, b->n, thr, idx,
-                                     val, cap, count, &bad);
+  int st = PGS_OK;
+  if (b->cfg.check_finite == PGS_FINITE_EXACT) {
+    /* The pass adds in place; a failed call puts these bits back. */
+    const size_t bytes = b->n * sizeof(float);
+    st = pgs_buf_reserve(b->ops, &b->snapshot, bytes);
+    if (st == PGS_OK)
+      st =
+          b->ops->copy(b->ops, b->snapshot.ptr, b->resid, bytes, PGS_COPY_SAME);
+    if (st != PGS_OK) return st;
+  }
+  st = b->ops->accumulate_select(b->ops, b->resid, grad, b->n, thr, idx, val,
+                                 cap, count, &bad);
   b->call_grad = grad;
   b->call_bad = b->cfg.check_finite && bad > 0;
   return st;
@@ -236,6 +249,11 @@ int pgs_accumulate(pgs_bucket_t *b, const float *grad) {
 
 int pgs_flag_settle(pgs_bucket_t *b, int any_negative) {
   if (!b->call_bad && !any_negative) return PGS_OK;
+  if (b->cfg.check_finite == PGS_FINITE_EXACT) {
+    int st = b->ops->copy(b->ops, b->resid, b->snapshot.ptr,
+                          b->n * sizeof(float), PGS_COPY_SAME);
+    return st != PGS_OK ? st : PGS_ERR_NONFINITE;
+  }
   /* The add skipped every non-finite sum, so subtracting the finite part of
    * grad gives back the residual the call started from. */
   int st = b->ops->unaccumulate(b->ops, b->resid, b->call_grad, b->n);

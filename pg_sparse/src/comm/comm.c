@@ -100,6 +100,21 @@ void pgs_comm_destroy(pgs_comm_t *comm) {
   free(comm);
 }
 
+int pgs_comm_abort(pgs_comm_t *comm) {
+  if (comm == NULL) return PGS_ERR_INVALID;
+  atomic_store(&comm->aborted, 1);
+  if (comm->vt.abort == NULL) return PGS_ERR_UNSUPPORTED;
+  return comm->vt.abort(comm->impl);
+}
+
+int pgs_comm_aborted(const pgs_comm_t *comm) {
+  return comm != NULL && atomic_load(&((pgs_comm_t *)comm)->aborted);
+}
+
+/* After an abort no call reaches the transport again. */
+#define PGS_COMM_LIVE(comm) \
+  if (atomic_load(&(comm)->aborted)) return PGS_ERR_ABORTED
+
 /* The accessors tolerate NULL (rank -1, size 0, host, zero counters) so a
  * caller's error path never dereferences a communicator that failed to
  * build. */
@@ -130,6 +145,7 @@ int pgs_comm_exchange_start(pgs_comm_t *comm, const pgs_msg_t *sends,
                             int slot) {
   if (comm == NULL || slot < 0 || slot >= PGS_COMM_SLOTS)
     return PGS_ERR_INVALID;
+  PGS_COMM_LIVE(comm);
   uint64_t sent = 0, recvd = 0;
   int status = pgs_comm_check_msgs(comm, sends, nsends, &sent);
   if (status != PGS_OK) return status;
@@ -171,6 +187,7 @@ int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
                         const size_t *displs) {
   if (comm == NULL || recv_bytes == NULL || displs == NULL)
     return PGS_ERR_INVALID;
+  PGS_COMM_LIVE(comm);
   if (send_bytes > 0 && send == NULL) return PGS_ERR_INVALID;
   /* Every rank describes the same layout, so our own entry must match what
    * we send; a mismatch would truncate on some peer. */
@@ -196,6 +213,7 @@ typedef int (*reduce_fn)(void *impl, void *buf, size_t count, pgs_dtype_t dtype,
 static int counted_allreduce(pgs_comm_t *comm, reduce_fn fn, void *buf,
                              size_t count, pgs_dtype_t dtype, pgs_redop_t op,
                              uint64_t *sent, uint64_t *recv) {
+  PGS_COMM_LIVE(comm);
   size_t bytes = 0;
   int status = pgs_comm_check_reduce(buf, count, dtype, op, &bytes);
   if (status != PGS_OK) return status;
@@ -218,6 +236,7 @@ int pgs_comm_allreduce(pgs_comm_t *comm, void *buf, size_t count,
 
 int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root) {
   if (comm == NULL || root < 0 || root >= comm->size) return PGS_ERR_INVALID;
+  PGS_COMM_LIVE(comm);
   if (bytes > 0 && buf == NULL) return PGS_ERR_INVALID;
   int status = comm->vt.bcast(comm->impl, buf, bytes, root);
   if (status != PGS_OK) return status;
@@ -243,6 +262,7 @@ int pgs_comm_allreduce_host(pgs_comm_t *comm, void *buf, size_t count,
 int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
                            int64_t *recv) {
   if (comm == NULL || send == NULL || recv == NULL) return PGS_ERR_INVALID;
+  PGS_COMM_LIVE(comm);
   int status = comm->vt.alltoall_host(comm->impl, send, recv);
   if (status != PGS_OK) return status;
   comm->counters.calls++;
@@ -255,6 +275,7 @@ int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
 int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
                             int64_t *recv) {
   if (comm == NULL) return PGS_ERR_INVALID;
+  PGS_COMM_LIVE(comm);
   if (count > 0 && (send == NULL || recv == NULL)) return PGS_ERR_INVALID;
   /* recv holds count * size int64 values; that size must be addressable. */
   if (count > SIZE_MAX / sizeof(int64_t) / (size_t)comm->size)
@@ -271,6 +292,7 @@ int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
 
 int pgs_comm_barrier(pgs_comm_t *comm) {
   if (comm == NULL) return PGS_ERR_INVALID;
+  PGS_COMM_LIVE(comm);
   int status = comm->vt.barrier(comm->impl);
   if (status == PGS_OK) comm->counters.calls++;
   return status;

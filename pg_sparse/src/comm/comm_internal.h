@@ -6,6 +6,8 @@
 
 #include <pg_sparse/comm.h>
 
+#include <stdatomic.h>
+
 struct pgs_comm {
   /* A copy, so the caller's table may be a stack object or freed after
    * pgs_comm_create() returns. */
@@ -20,6 +22,8 @@ struct pgs_comm {
    * would overwrite the transport's requests) and a wait on an idle slot are
    * rejected the same way over every transport. */
   unsigned char slot_busy[PGS_COMM_SLOTS];
+  /* Set by pgs_comm_abort() from any thread; every wrapper checks it. */
+  atomic_int aborted;
 };
 
 #endif /* PG_SPARSE_COMM_INTERNAL_H */

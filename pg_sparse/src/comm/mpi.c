@@ -1,5 +1,7 @@
-/* The Open MPI transport: every vtable entry maps to one MPI call (or a
- * short loop of them for sizes that do not fit MPI's int counts).
+/* The Open MPI transport: every vtable entry maps to one non-blocking MPI
+ * call (or a short loop of them for sizes that do not fit MPI's int counts)
+ * and one wait, which polls so that pgs_comm_abort() from another thread
+ * (the backend's watchdog) ends a call whose peers never come.
  *
  * It runs over its own duplicate of the caller's communicator, so neither
  * its messages nor its error handler can interfere with the caller's. Errors
@@ -14,6 +16,8 @@
  * INT_MAX bytes, which needs a derived datatype (created and freed per
  * message by MPI itself). */
 #include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +84,8 @@ typedef struct pgs_mpi {
   int *displs;
   pgs_mpi_slot_t slots[PGS_COMM_SLOTS];
   pgs_mpi_half_ops_t half; /* fp16/bf16 reductions of this communicator */
+  /* Set by the abort entry from any thread; the wait loop reads it. */
+  atomic_int aborted;
 } pgs_mpi_t;
 
 /* dtype and op tables: designated by our enum values, so their order cannot
@@ -168,6 +174,34 @@ out:
 static void pgs_mpi_free_type(MPI_Datatype *type) {
   if (*type != MPI_BYTE && *type != MPI_DATATYPE_NULL) MPI_Type_free(type);
 }
+
+/* Completes @p n requests, polling, and gives up with PGS_ERR_ABORTED once
+ * the communicator is aborted. Abandoned collective requests are left to MPI
+ * (freeing or cancelling an active one is erroneous); the communicator is
+ * dead then and destroy leaves it alone. Yields between polls: ranks may
+ * share cores. */
+static int pgs_mpi_wait(pgs_mpi_t *m, int n, MPI_Request *reqs) {
+  int status = PGS_OK;
+  for (;;) {
+    int done = 0;
+    PGS_MPI_CHECK_GOTO(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), status,
+                       out);
+    if (done) break;
+    if (atomic_load(&m->aborted)) return PGS_ERR_ABORTED;
+    sched_yield();
+  }
+out:
+  return status;
+}
+
+/* One non-blocking call and its wait: @p call posts into req. */
+#define PGS_MPI_RUN(m, call, status, label)  \
+  do {                                       \
+    MPI_Request req = MPI_REQUEST_NULL;      \
+    PGS_MPI_CHECK_GOTO(call, status, label); \
+    (status) = pgs_mpi_wait((m), 1, &req);   \
+    if ((status) != PGS_OK) goto label;      \
+  } while (0)
 
 /* Gives up the requests of a batch that will not be waited for (a failed
  * start or wait, or destroy with a batch in flight): receives are cancelled
@@ -259,10 +293,8 @@ static int pgs_mpi_exchange_wait(void *impl, int slot_id) {
   if (slot_id < 0 || slot_id >= PGS_COMM_SLOTS) return PGS_ERR_INVALID;
   pgs_mpi_slot_t *slot = &m->slots[slot_id];
   int status = PGS_OK;
-  if (slot->nreqs > 0)
-    PGS_MPI_CHECK_GOTO(
-        MPI_Waitall(slot->nreqs, slot->reqs, MPI_STATUSES_IGNORE), status,
-        fail_wait);
+  if (slot->nreqs > 0) status = pgs_mpi_wait(m, slot->nreqs, slot->reqs);
+  if (status != PGS_OK) goto fail_wait;
   slot->nreqs = 0;
   slot->nrecvs = 0;
   return PGS_OK;
@@ -281,8 +313,8 @@ static int pgs_mpi_bcast_bytes(pgs_mpi_t *m, void *buf, size_t bytes,
   for (size_t off = 0; off < bytes; off += PGS_MPI_BCAST_CHUNK) {
     const size_t n =
         bytes - off < PGS_MPI_BCAST_CHUNK ? bytes - off : PGS_MPI_BCAST_CHUNK;
-    PGS_MPI_CHECK_GOTO(MPI_Bcast(p + off, (int)n, MPI_BYTE, root, m->comm),
-                       status, out);
+    PGS_MPI_RUN(m, MPI_Ibcast(p + off, (int)n, MPI_BYTE, root, m->comm, &req),
+                status, out);
   }
 out:
   return status;
@@ -312,10 +344,11 @@ static int pgs_mpi_allgatherv(void *impl, const void *send, size_t send_bytes,
       m->counts[i] = (int)recv_bytes[i];
       m->displs[i] = (int)displs[i];
     }
-    PGS_MPI_CHECK_GOTO(
-        MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, (int)send_bytes,
-                       MPI_BYTE, recv, m->counts, m->displs, MPI_BYTE, m->comm),
-        status, out);
+    PGS_MPI_RUN(m,
+                MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, (int)send_bytes,
+                                MPI_BYTE, recv, m->counts, m->displs, MPI_BYTE,
+                                m->comm, &req),
+                status, out);
     return PGS_OK;
   }
 
@@ -348,9 +381,10 @@ static int pgs_mpi_allreduce(void *impl, void *buf, size_t count,
   for (size_t off = 0; off < count; off += (size_t)INT_MAX) {
     const size_t n =
         count - off < (size_t)INT_MAX ? count - off : (size_t)INT_MAX;
-    PGS_MPI_CHECK_GOTO(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, (int)n,
-                                     type, mop, m->comm),
-                       status, out);
+    PGS_MPI_RUN(m,
+                MPI_Iallreduce(MPI_IN_PLACE, p + off * esize, (int)n, type, mop,
+                               m->comm, &req),
+                status, out);
   }
 out:
   return status;
@@ -366,9 +400,10 @@ static int pgs_mpi_alltoall_host(void *impl, const int64_t *send,
                                  int64_t *recv) {
   pgs_mpi_t *m = impl;
   int status = PGS_OK;
-  PGS_MPI_CHECK_GOTO(
-      MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, m->comm), status,
-      out);
+  PGS_MPI_RUN(
+      m,
+      MPI_Ialltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, m->comm, &req),
+      status, out);
 out:
   return status;
 }
@@ -380,9 +415,10 @@ static int pgs_mpi_allgather_host(void *impl, const int64_t *send, size_t count,
    * more than INT_MAX of them is a caller bug, not a size to support. */
   if (count > (size_t)INT_MAX) return PGS_ERR_UNSUPPORTED;
   int status = PGS_OK;
-  PGS_MPI_CHECK_GOTO(MPI_Allgather(send, (int)count, MPI_INT64_T, recv,
-                                   (int)count, MPI_INT64_T, m->comm),
-                     status, out);
+  PGS_MPI_RUN(m,
+              MPI_Iallgather(send, (int)count, MPI_INT64_T, recv, (int)count,
+                             MPI_INT64_T, m->comm, &req),
+              status, out);
 out:
   return status;
 }
@@ -390,7 +426,7 @@ out:
 static int pgs_mpi_barrier(void *impl) {
   pgs_mpi_t *m = impl;
   int status = PGS_OK;
-  PGS_MPI_CHECK_GOTO(MPI_Barrier(m->comm), status, out);
+  PGS_MPI_RUN(m, MPI_Ibarrier(m->comm, &req), status, out);
 out:
   return status;
 }
@@ -402,7 +438,9 @@ static void pgs_mpi_destroy(void *impl) {
    * released the communicator and its requests. */
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) {
+  /* An aborted communicator may still have collectives in flight that no
+   * peer will complete: it is left to MPI_Finalize, never freed here. */
+  if (!finalized && !atomic_load(&m->aborted)) {
     for (int i = 0; i < PGS_COMM_SLOTS; ++i) pgs_mpi_slot_abandon(&m->slots[i]);
     if (m->comm != MPI_COMM_NULL) (void)MPI_Comm_free(&m->comm);
     pgs_mpi_half_ops_free(&m->half);
@@ -411,6 +449,12 @@ static void pgs_mpi_destroy(void *impl) {
   free(m->counts);
   free(m->displs);
   free(m);
+}
+
+static int pgs_mpi_abort(void *impl) {
+  pgs_mpi_t *m = impl;
+  atomic_store(&m->aborted, 1);
+  return PGS_OK;
 }
 
 static const pgs_comm_vtable_t pgs_mpi_vtable = {
@@ -424,6 +468,7 @@ static const pgs_comm_vtable_t pgs_mpi_vtable = {
     .allgather_host = pgs_mpi_allgather_host,
     .barrier = pgs_mpi_barrier,
     .destroy = pgs_mpi_destroy,
+    .abort = pgs_mpi_abort,
 };
 
 /* Allocates the per-rank arrays and the request arrays of every slot, sized

@@ -48,6 +48,8 @@ def bad_settings() -> str:
     expect_error(lambda: ps.SparseState(tau=0), (ValueError,), "tau")
     expect_error(lambda: ps.SparseState(tau_prime=1.5), (ValueError,), "tau_prime")
     expect_error(lambda: ps.SparseState(warmup_steps=-1), (ValueError,), "warmup_steps")
+    expect_error(lambda: ps.SparseState(nonfinite="ignore"), (ValueError,), "nonfinite",
+                 "ignore")
     for wire in (C.torch.int8, C.torch.float64, "bfloat16"):
         expect_error(lambda w=wire: ps.SparseState(wire_dtype=w), (TypeError,),
                      "wire_dtype", str(wire))
@@ -154,6 +156,35 @@ def nonfinite(algo: str, warmup: int, bad: str) -> Callable[[], str]:
     return fn
 
 
+def nonfinite_skip(algo: str) -> Callable[[], str]:
+    """nonfinite="skip": NaN on rank 0 after real calls makes that call a
+    zero output on every rank, no error, the residual bit for bit as before;
+    the next clean call goes on from it."""
+    def fn() -> str:
+        torch, ps = C.torch, C.pg_sparse
+        n = 500
+        state = ps.SparseState(algo=algo, density=0.1, warmup_steps=1, nonfinite="skip")
+        gen = torch.Generator().manual_seed(10 + C.rank)
+        for _ in range(3):
+            g = torch.randn(n, generator=gen)
+            state.native_bucket(0, g).allreduce(g).wait()
+        b = state.native_bucket(0, g)
+        before = b.residual().clone()
+        t = torch.randn(n, generator=gen)
+        if C.rank == 0:
+            t[7] = float("nan")
+        b.allreduce(t).wait()  # no exception
+        assert torch.equal(t, torch.zeros(n)), f"output {t[:5]}"
+        after = b.residual()
+        assert torch.equal(after.view(torch.int32), before.view(torch.int32)), \
+            f"residual changed at {int((after != before).sum())} entries"
+        ok = torch.randn(n, generator=gen)
+        b.allreduce(ok).wait()
+        assert torch.isfinite(ok).all() and ok.abs().sum() > 0, ok[:5]
+        return "skipped, residual bitwise"
+    return fn
+
+
 def nonfinite_ddp() -> str:
     """NaN gradient on rank 0 inside DDP with the Ok-Topk hook: backward()
     raises on every rank."""
@@ -224,6 +255,7 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
     checks += [(f"nonfinite_nan_{a}_warmup{w}", nonfinite(a, w, "nan"))
                for a in ALGOS for w in (0, 1)]
     checks += [(f"nonfinite_inf_{a}", nonfinite(a, 0, "inf")) for a in ("oktopk", "topka")]
+    checks += [(f"nonfinite_skip_{a}", nonfinite_skip(a)) for a in ALGOS]
     checks += [("nonfinite_in_ddp_backward", nonfinite_ddp),
                ("bad_collective_arguments", bad_collective_args),
                ("group_still_usable", still_usable)]

@@ -87,10 +87,13 @@ def main() -> None:
         rec.record("raises", True, f"{type(e).__name__} after {waited:.1f} s "
                    f"({since:.1f} s after the death): {str(e).splitlines()[0][:200]}")
     rec.finish()
-    # Leave at once, failed: the group cannot be shut down cleanly with a
-    # dead peer, a thread may still sit in the transport, and a launcher
-    # must not wait at its exit barrier for a peer it cannot reach.
-    os._exit(1)
+    # Leave at once: the group cannot be shut down cleanly with a dead peer
+    # and a thread may still sit in the transport. After a cut link, leave
+    # failed: torchrun's agents would otherwise wait at their exit barrier
+    # for a peer they cannot reach. (mpirun with
+    # orte_abort_on_non_zero_status=0, in turn, never returns once a rank
+    # killed by a signal and another exiting non-zero both happened.)
+    os._exit(1 if args.mode == "cut" else 0)
 
 
 if __name__ == "__main__":

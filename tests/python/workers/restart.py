@@ -29,7 +29,7 @@ def main() -> None:
     import pg_sparse
 
     torch.set_num_threads(1)
-    dist.init_process_group("sparse", timeout=timedelta(seconds=30))
+    dist.init_process_group("sparse", timeout=timedelta(seconds=20))
     rank, P = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     rec = Recorder(args.out, rank, P)
