@@ -8,6 +8,8 @@
  * control plane (small host arrays) synchronises with the host. */
 #include "pg_sparse/comm_nccl.h"
 
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "cuda_check.h"
@@ -24,6 +26,8 @@ typedef struct nccl_comm {
   void *dev_scratch;  /* control-plane staging on the device */
   void *host_scratch; /* pinned, same size */
   size_t scratch_bytes;
+  /* Set by the abort entry (another thread); the comm is then freed. */
+  atomic_int aborted;
 } nccl_comm_t;
 
 static ncclDataType_t nccl_type(pgs_dtype_t t) {
@@ -115,7 +119,15 @@ static int stage_out(nccl_comm_t *c, void *host, const void *dev,
                      size_t bytes) {
   CUDA_TRY(cudaMemcpyAsync(c->host_scratch, dev, bytes, cudaMemcpyDeviceToHost,
                            c->main));
-  CUDA_TRY(cudaStreamSynchronize(c->main));
+  /* The host waits polling, so an abort from another thread ends a wait
+   * for peers that never come (ncclCommAbort also stops the kernels). */
+  cudaError_t e;
+  while ((e = cudaStreamQuery(c->main)) == cudaErrorNotReady) {
+    if (atomic_load(&c->aborted)) return PGS_ERR_ABORTED;
+    sched_yield();
+  }
+  if (atomic_load(&c->aborted)) return PGS_ERR_ABORTED;
+  CUDA_TRY(e);
   memcpy(host, c->host_scratch, bytes);
   return PGS_OK;
 }
@@ -166,10 +178,19 @@ static int barrier(void *impl) {
   return allreduce_host(impl, &one, 1, PGS_INT64, PGS_SUM);
 }
 
+static int abort_comm(void *impl) {
+  nccl_comm_t *c = impl;
+  if (atomic_exchange(&c->aborted, 1)) return PGS_OK;
+  /* Safe from another thread while a call waits (torch's NCCL watchdog
+   * does the same); the comm's resources are gone afterwards. */
+  NCCL_TRY(ncclCommAbort(c->comm));
+  return PGS_OK;
+}
+
 static void destroy(void *impl) {
   nccl_comm_t *c = impl;
   if (c == NULL) return;
-  if (c->comm != NULL) ncclCommDestroy(c->comm);
+  if (c->comm != NULL && !atomic_load(&c->aborted)) ncclCommDestroy(c->comm);
   for (int s = 0; s < PGS_COMM_SLOTS; ++s) {
     if (c->side[s] != NULL) cudaStreamDestroy(c->side[s]);
     if (c->done[s] != NULL) cudaEventDestroy(c->done[s]);
@@ -191,6 +212,7 @@ static const pgs_comm_vtable_t nccl_vtable = {
     .allgather_host = allgather_host,
     .barrier = barrier,
     .destroy = destroy,
+    .abort = abort_comm,
 };
 
 int pgs_nccl_make_id(void *id_out) {

@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <tuple>
 
 #include "harness.h"
@@ -85,6 +87,32 @@ class GpuSide {
   pgs_ops_t *ops_ = nullptr;
   pgs_comm_t *comm_ = nullptr;
 };
+
+// pgs_comm_abort() on NCCL from another thread (the backend's watchdog)
+// ends a control-plane collective no peer joins, and later calls fail at
+// once.
+TEST(GpuAbort, NcclAbortEndsAStuckCollective) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  GpuSide gpu(DevComm::kNccl);
+  if (!all_ranks(gpu.ok())) GTEST_SKIP() << "needs NCCL and a GPU per rank";
+  int64_t v[4] = {1, 1, 1, 1};
+  if (world_rank() == 0) {
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_EQ(pgs_comm_abort(gpu.comm()), PGS_OK);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(pgs_comm_allreduce_host(gpu.comm(), v, 4, PGS_INT64, PGS_SUM),
+              PGS_ERR_ABORTED);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    watchdog.join();
+    EXPECT_LT(s, 10.0);
+    EXPECT_EQ(pgs_comm_barrier(gpu.comm()), PGS_ERR_ABORTED);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 using Param = std::tuple<pgs_algo_id_t, DevComm>;
 

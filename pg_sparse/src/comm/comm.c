@@ -111,6 +111,13 @@ int pgs_comm_aborted(const pgs_comm_t *comm) {
   return comm != NULL && atomic_load(&((pgs_comm_t *)comm)->aborted);
 }
 
+/* A call that failed while an abort came in reports the abort: the
+ * transport's own error (NCCL's "internal error" after ncclCommAbort, say)
+ * is its consequence, not the cause. */
+static int settle(const pgs_comm_t *comm, int status) {
+  return status != PGS_OK && pgs_comm_aborted(comm) ? PGS_ERR_ABORTED : status;
+}
+
 /* After an abort no call reaches the transport again. */
 #define PGS_COMM_LIVE(comm) \
   if (atomic_load(&(comm)->aborted)) return PGS_ERR_ABORTED
@@ -153,8 +160,8 @@ int pgs_comm_exchange_start(pgs_comm_t *comm, const pgs_msg_t *sends,
   if (status != PGS_OK) return status;
   if (comm->slot_busy[slot]) return PGS_ERR_BUSY;
 
-  status =
-      comm->vt.exchange_start(comm->impl, sends, nsends, recvs, nrecvs, slot);
+  status = settle(comm, comm->vt.exchange_start(comm->impl, sends, nsends,
+                                                recvs, nrecvs, slot));
   if (status != PGS_OK) return status;
   /* Counted at start: exchange_wait() does not see the messages again. */
   comm->slot_busy[slot] = 1;
@@ -172,7 +179,7 @@ int pgs_comm_exchange_wait(pgs_comm_t *comm, int slot) {
    * released (or abandoned) the batch, and a caller that recovers must be
    * able to post again. */
   comm->slot_busy[slot] = 0;
-  return comm->vt.exchange_wait(comm->impl, slot);
+  return settle(comm, comm->vt.exchange_wait(comm->impl, slot));
 }
 
 int pgs_comm_exchange(pgs_comm_t *comm, const pgs_msg_t *sends, int nsends,
@@ -196,8 +203,8 @@ int pgs_comm_allgatherv(pgs_comm_t *comm, const void *send, size_t send_bytes,
   for (int i = 0; i < comm->size; ++i) total += (uint64_t)recv_bytes[i];
   if (total > 0 && recv == NULL) return PGS_ERR_INVALID;
 
-  int status = comm->vt.allgatherv(comm->impl, send, send_bytes, recv,
-                                   recv_bytes, displs);
+  int status = settle(comm, comm->vt.allgatherv(comm->impl, send, send_bytes,
+                                                recv, recv_bytes, displs));
   if (status != PGS_OK) return status;
   comm->counters.calls++;
   comm->counters.data_recv += total - (uint64_t)recv_bytes[comm->rank];
@@ -217,7 +224,7 @@ static int counted_allreduce(pgs_comm_t *comm, reduce_fn fn, void *buf,
   size_t bytes = 0;
   int status = pgs_comm_check_reduce(buf, count, dtype, op, &bytes);
   if (status != PGS_OK) return status;
-  status = fn(comm->impl, buf, count, dtype, op);
+  status = settle(comm, fn(comm->impl, buf, count, dtype, op));
   if (status != PGS_OK) return status;
   comm->counters.calls++;
   const uint64_t ring = pgs_comm_ring_bytes(bytes, comm->size);
@@ -238,7 +245,7 @@ int pgs_comm_bcast(pgs_comm_t *comm, void *buf, size_t bytes, int root) {
   if (comm == NULL || root < 0 || root >= comm->size) return PGS_ERR_INVALID;
   PGS_COMM_LIVE(comm);
   if (bytes > 0 && buf == NULL) return PGS_ERR_INVALID;
-  int status = comm->vt.bcast(comm->impl, buf, bytes, root);
+  int status = settle(comm, comm->vt.bcast(comm->impl, buf, bytes, root));
   if (status != PGS_OK) return status;
   comm->counters.calls++;
   /* With one rank nothing leaves the process. */
@@ -263,7 +270,7 @@ int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
                            int64_t *recv) {
   if (comm == NULL || send == NULL || recv == NULL) return PGS_ERR_INVALID;
   PGS_COMM_LIVE(comm);
-  int status = comm->vt.alltoall_host(comm->impl, send, recv);
+  int status = settle(comm, comm->vt.alltoall_host(comm->impl, send, recv));
   if (status != PGS_OK) return status;
   comm->counters.calls++;
   const uint64_t bytes = sizeof(int64_t) * (uint64_t)(comm->size - 1);
@@ -280,7 +287,8 @@ int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
   /* recv holds count * size int64 values; that size must be addressable. */
   if (count > SIZE_MAX / sizeof(int64_t) / (size_t)comm->size)
     return PGS_ERR_INVALID;
-  int status = comm->vt.allgather_host(comm->impl, send, count, recv);
+  int status =
+      settle(comm, comm->vt.allgather_host(comm->impl, send, count, recv));
   if (status != PGS_OK) return status;
   comm->counters.calls++;
   const uint64_t bytes =
@@ -293,7 +301,7 @@ int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
 int pgs_comm_barrier(pgs_comm_t *comm) {
   if (comm == NULL) return PGS_ERR_INVALID;
   PGS_COMM_LIVE(comm);
-  int status = comm->vt.barrier(comm->impl);
+  int status = settle(comm, comm->vt.barrier(comm->impl));
   if (status == PGS_OK) comm->counters.calls++;
   return status;
 }
