@@ -63,6 +63,12 @@ def _log_once(rank: int, transport: str, why: str) -> None:
 def create_backend(dist_options: Any, backend_options: Any = None) -> Any:
     """Extended-API creator: build the transport, then the C++ backend."""
     transport, why = choose_transport(backend_options)
+    # torchrun keeps one store across restarts (its TCPStore is shared
+    # between rendezvous rounds) while the worker keys are not per round:
+    # without this prefix a restarted rank could read a dead rank's gloo
+    # address or NCCL id left by the previous attempt.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist_options.store = dist.PrefixStore(f"pg_sparse/{attempt}/", dist_options.store)
     inner = None
     if transport == "gloo":
         # Torch wheels ship no gloo headers, so the inner backend is built

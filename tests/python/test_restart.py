@@ -8,12 +8,11 @@ SCRIPT = "restart.py"
 
 def run(jobs, ckpt, kill: bool):
     args = ("--ckpt", str(ckpt)) + (() if kill else ("--no-kill",))
-    # Two restarts allowed: the planned death, plus one for a gloo mesh that
-    # now and then fails to connect when restarted workers rendezvous on 2
-    # loaded cores (seen once in five runs); either way the job resumes
-    # from its last checkpoint.
+    # One restart: the planned death. (A restarted rank once read the dead
+    # attempt's gloo address from torchrun's shared store and failed to
+    # connect; the backend now prefixes its keys with the restart count.)
     return jobs.get("torchrun", SCRIPT, 2, args=args, timeout=150,
-                    launcher_args=("--max_restarts=2",))
+                    launcher_args=("--max_restarts=1",))
 
 
 def test_restarted_job_matches_uninterrupted_run(jobs, tmp_path):
@@ -26,7 +25,7 @@ def test_restarted_job_matches_uninterrupted_run(jobs, tmp_path):
         job.assert_clean_exit()
         assert not job.leftover, job.leftover
     for r in (0, 1):
-        assert restarted.info(r)["attempt"] >= 1, restarted.info(r)
+        assert restarted.info(r)["attempt"] == 1, restarted.info(r)
         assert restarted.info(r)["resumed_at"] > 0, restarted.info(r)
         assert plain.info(r)["attempt"] == 0
     digests = {job.info(r)["params"] for job in (plain, restarted) for r in (0, 1)}
