@@ -210,6 +210,13 @@ static int barrier(void *impl) {
   return pgs_comm_barrier(((staged_comm_t *)impl)->host);
 }
 
+/* The inner transport does the waiting for peers: aborting it ends the
+ * call in progress (the staging copies themselves never wait for a peer). */
+static int abort_inner(void *impl) {
+  staged_comm_t *c = impl;
+  return pgs_comm_abort(c->host);
+}
+
 static void destroy(void *impl) {
   staged_comm_t *c = impl;
   if (c == NULL) return;
@@ -233,6 +240,7 @@ static const pgs_comm_vtable_t staged_vtable = {
     .allgather_host = allgather_host,
     .barrier = barrier,
     .destroy = destroy,
+    .abort = abort_inner,
 };
 
 static int wrap(pgs_comm_t *inner, pgs_mem_t inner_mem, cudaStream_t stream,

@@ -88,13 +88,16 @@ class GpuSide {
   pgs_comm_t *comm_ = nullptr;
 };
 
-// pgs_comm_abort() on NCCL from another thread (the backend's watchdog)
-// ends a control-plane collective no peer joins, and later calls fail at
-// once.
-TEST(GpuAbort, NcclAbortEndsAStuckCollective) {
+// pgs_comm_abort() on a device transport from another thread (the
+// backend's watchdog) ends a control-plane collective no peer joins, and
+// later calls fail at once: NCCL (a GPU per rank) and staged Open MPI (ranks
+// may share a GPU).
+class GpuAbort : public testing::TestWithParam<DevComm> {};
+
+TEST_P(GpuAbort, EndsAStuckCollective) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
-  GpuSide gpu(DevComm::kNccl);
-  if (!all_ranks(gpu.ok())) GTEST_SKIP() << "needs NCCL and a GPU per rank";
+  GpuSide gpu(GetParam());
+  if (!all_ranks(gpu.ok())) GTEST_SKIP() << "needs this transport's GPUs";
   int64_t v[4] = {1, 1, 1, 1};
   if (world_rank() == 0) {
     std::thread watchdog([&] {
@@ -110,9 +113,24 @@ TEST(GpuAbort, NcclAbortEndsAStuckCollective) {
     watchdog.join();
     EXPECT_LT(s, 10.0);
     EXPECT_EQ(pgs_comm_barrier(gpu.comm()), PGS_ERR_ABORTED);
+    MPI_Barrier(MPI_COMM_WORLD);  // the others come only now
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    // Staged MPI: join rank 0's abandoned allreduce late, so it completes
+    // (NCCL's was aborted with its communicator).
+    if (GetParam() == DevComm::kStagedMpi) {
+      EXPECT_EQ(pgs_comm_allreduce_host(gpu.comm(), v, 4, PGS_INT64, PGS_SUM),
+                PGS_OK);
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, GpuAbort,
+                         testing::Values(DevComm::kNccl, DevComm::kStagedMpi),
+                         [](const testing::TestParamInfo<DevComm> &i) {
+                           return dev_comm_name(i.param);
+                         });
 
 using Param = std::tuple<pgs_algo_id_t, DevComm>;
 
