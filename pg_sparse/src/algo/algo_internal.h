@@ -137,11 +137,22 @@ int pgs_wire_round(pgs_bucket_t *b, float *val, int64_t m, void *wire,
  *  transport without 16-bit sums the values travel as fp32 instead. */
 int pgs_wire_sum(pgs_bucket_t *b, void *wire, float *sum, size_t m);
 
-/** Residual update after sending the @p m pairs (idx, val) of this rank's own
- *  residual: zero there, or on a narrow wire subtract the rounded values
- *  sent, so the rounding error stays. */
-int pgs_wire_clear_sent(pgs_bucket_t *b, const int32_t *idx, const float *val,
-                        int64_t m);
+/** Narrow wire: a pairs block [idx | fp32 val] of @p m entries as it
+ *  travels, [idx | wire val] into @p dst; the block's values are rounded in
+ *  place (pgs_wire_round, @p keep as there, indexed by the block's idx). */
+int pgs_wire_encode_block(pgs_bucket_t *b, void *block, int64_t m, void *dst,
+                          float *keep);
+/** Narrow wire: the received [idx | wire val] block @p src of @p m entries
+ *  widened into @p block as [idx | fp32 val]. */
+int pgs_wire_decode_block(pgs_bucket_t *b, const void *src, int64_t m,
+                          void *block);
+
+/** Residual update after sending the @p m pairs (idx, val) taken from this
+ *  rank's residual @p x (n entries, the bucket's or a region of it): zero
+ *  there, or on a narrow wire subtract the rounded values sent, so the
+ *  rounding error stays. */
+int pgs_wire_clear_sent(pgs_bucket_t *b, float *x, size_t n, const int32_t *idx,
+                        const float *val, int64_t m);
 
 /* --- shared sparse building blocks (sparse.c) --------------------------- */
 

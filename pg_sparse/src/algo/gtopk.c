@@ -50,23 +50,10 @@ static void gtopk_fini(pgs_bucket_t *b) {
 /* Narrow wire: the m pairs of s->cur as they travel, in s->wout. The tree
  * only chooses coordinates, so rounding its values loses no mass. */
 static int encode_cur(pgs_bucket_t *b, gtopk_state_t *s, int64_t m) {
-  const pgs_ops_t *ops = b->ops;
-  int st = pgs_buf_reserve(ops, &s->wout, (size_t)m * (4 + pgs_wire_bytes(b)));
-  if (st == PGS_OK)
-    st = ops->copy(ops, s->wout.ptr, s->cur.ptr, (size_t)m * 4, PGS_COPY_SAME);
-  if (st != PGS_OK) return st;
-  return pgs_wire_round(b, pgs_block_val(s->cur.ptr, m), m,
-                        (char *)s->wout.ptr + (size_t)m * 4, NULL, NULL);
-}
-
-/* Narrow wire: the received block in s->win widened into s->peer. */
-static int decode_peer(pgs_bucket_t *b, gtopk_state_t *s, int64_t got) {
-  const pgs_ops_t *ops = b->ops;
   int st =
-      ops->copy(ops, s->peer.ptr, s->win.ptr, (size_t)got * 4, PGS_COPY_SAME);
+      pgs_buf_reserve(b->ops, &s->wout, (size_t)m * (4 + pgs_wire_bytes(b)));
   if (st != PGS_OK) return st;
-  return ops->from_wire(ops, (char *)s->win.ptr + (size_t)got * 4, (size_t)got,
-                        b->cfg.wire_dtype, pgs_block_val(s->peer.ptr, got));
+  return pgs_wire_encode_block(b, s->cur.ptr, m, s->wout.ptr, NULL);
 }
 
 /* Send @p m pairs of s->cur to @p to (if >= 0) and receive the block of
@@ -96,7 +83,7 @@ static int swap_blocks(pgs_bucket_t *b, gtopk_state_t *s, int64_t m, int to,
   st = pgs_comm_exchange(b->comm, &snd, sends, &rcv,
                          from >= 0 && *got > 0 ? 1 : 0);
   if (st == PGS_OK && narrow && from >= 0 && *got > 0)
-    st = decode_peer(b, s, *got);
+    st = pgs_wire_decode_block(b, s->win.ptr, *got, s->peer.ptr);
   return st;
 }
 
@@ -173,7 +160,8 @@ static int reduce_narrow(pgs_bucket_t *b, gtopk_state_t *s, const int32_t *g,
   int st = pgs_buf_reserve(ops, &s->wvals, (size_t)m * pgs_wire_bytes(b));
   if (st == PGS_OK)
     st = pgs_wire_round(b, s->vals.ptr, m, s->wvals.ptr, NULL, NULL);
-  if (st == PGS_OK) st = pgs_wire_clear_sent(b, g, s->vals.ptr, m);
+  if (st == PGS_OK)
+    st = pgs_wire_clear_sent(b, b->resid, b->n, g, s->vals.ptr, m);
   if (st != PGS_OK) return st;
   return pgs_wire_sum(b, s->wvals.ptr, s->vals.ptr, (size_t)m);
 }

@@ -55,19 +55,15 @@ static int share_counts(pgs_bucket_t *b, int64_t m, size_t pair_bytes,
 /* Narrow wire: each received block [idx | 16-bit val] widened into b->recv
  * as [idx | fp32 val]. */
 static int widen_blocks(pgs_bucket_t *b) {
-  const pgs_ops_t *ops = b->ops;
   const size_t w = pgs_wire_bytes(b);
   const char *src = b->wire_recv.ptr;
   char *dst = b->recv.ptr;
   for (int r = 0; r < b->size; ++r) {
-    size_t m = (size_t)b->host_counts[r];
-    int st = ops->copy(ops, dst, src, m * 4, PGS_COPY_SAME);
-    if (st == PGS_OK)
-      st = ops->from_wire(ops, src + m * 4, m, b->cfg.wire_dtype,
-                          (float *)(dst + m * 4));
+    const int64_t m = b->host_counts[r];
+    int st = pgs_wire_decode_block(b, src, m, dst);
     if (st != PGS_OK) return st;
-    src += m * (4 + w);
-    dst += m * 8;
+    src += (size_t)m * (4 + w);
+    dst += (size_t)m * 8;
   }
   return PGS_OK;
 }
@@ -89,11 +85,7 @@ int pgs_allgather_blocks(pgs_bucket_t *b, void *send, int64_t m, float *keep,
     if (st == PGS_OK)
       st = pgs_buf_reserve(ops, &b->wire_send, (size_t)m * pair);
     if (st == PGS_OK)
-      st = ops->copy(ops, b->wire_send.ptr, send, (size_t)m * 4, PGS_COPY_SAME);
-    if (st != PGS_OK) return st;
-    st = pgs_wire_round(b, pgs_block_val(send, m), m,
-                        (char *)b->wire_send.ptr + (size_t)m * 4, keep,
-                        pgs_block_idx(send));
+      st = pgs_wire_encode_block(b, send, m, b->wire_send.ptr, keep);
     if (st != PGS_OK) return st;
     out = b->wire_send.ptr;
     in = b->wire_recv.ptr;
@@ -129,7 +121,7 @@ int pgs_gather_apply_clear(pgs_bucket_t *b, int64_t m, float *out) {
   if (st == PGS_OK) st = pgs_apply_blocks(b, out);
   if (st != PGS_OK) return st;
   b->stats.global_selected = total;
-  return pgs_wire_clear_sent(b, pgs_block_idx(b->pairs.ptr),
+  return pgs_wire_clear_sent(b, b->resid, b->n, pgs_block_idx(b->pairs.ptr),
                              pgs_block_val(b->pairs.ptr, m), m);
 }
 

@@ -353,11 +353,8 @@ int pgs_split_zero_selected(pgs_bucket_t *b, pgs_split_t *s, float *x) {
     float *xj = x + s->bounds[j];
     size_t len = (size_t)pgs_split_len(s, j), m = (size_t)s->m[j];
     const int32_t *idx = s->sidx + s->off[j];
-    /* Narrow values: take away what was sent, keeping the rounding. */
-    int st = pgs_wire_narrow(b)
-                 ? b->ops->scatter_add(b->ops, xj, len, idx,
-                                       s->sval + s->off[j], m, -1.0f)
-                 : b->ops->zero_at(b->ops, xj, len, idx, m);
+    int st =
+        pgs_wire_clear_sent(b, xj, len, idx, s->sval + s->off[j], (int64_t)m);
     if (st != PGS_OK) return st;
   }
   return PGS_OK;

@@ -25,12 +25,29 @@ int pgs_wire_round(pgs_bucket_t *b, float *val, int64_t m, void *wire,
   return ops->accumulate(ops, keep, err, (size_t)m, INFINITY, NULL);
 }
 
-int pgs_wire_clear_sent(pgs_bucket_t *b, const int32_t *idx, const float *val,
-                        int64_t m) {
+int pgs_wire_encode_block(pgs_bucket_t *b, void *block, int64_t m, void *dst,
+                          float *keep) {
+  int st = b->ops->copy(b->ops, dst, block, (size_t)m * 4, PGS_COPY_SAME);
+  if (st != PGS_OK) return st;
+  return pgs_wire_round(b, pgs_block_val(block, m), m,
+                        (char *)dst + (size_t)m * 4, keep,
+                        pgs_block_idx(block));
+}
+
+int pgs_wire_decode_block(pgs_bucket_t *b, const void *src, int64_t m,
+                          void *block) {
   const pgs_ops_t *ops = b->ops;
-  if (!pgs_wire_narrow(b))
-    return ops->zero_at(ops, b->resid, b->n, idx, (size_t)m);
-  return ops->scatter_add(ops, b->resid, b->n, idx, val, (size_t)m, -1.0f);
+  int st = ops->copy(ops, block, src, (size_t)m * 4, PGS_COPY_SAME);
+  if (st != PGS_OK) return st;
+  return ops->from_wire(ops, (const char *)src + (size_t)m * 4, (size_t)m,
+                        b->cfg.wire_dtype, pgs_block_val(block, m));
+}
+
+int pgs_wire_clear_sent(pgs_bucket_t *b, float *x, size_t n, const int32_t *idx,
+                        const float *val, int64_t m) {
+  const pgs_ops_t *ops = b->ops;
+  if (!pgs_wire_narrow(b)) return ops->zero_at(ops, x, n, idx, (size_t)m);
+  return ops->scatter_add(ops, x, n, idx, val, (size_t)m, -1.0f);
 }
 
 int pgs_wire_sum(pgs_bucket_t *b, void *wire, float *sum, size_t m) {
