@@ -243,11 +243,12 @@ TASKS: dict[str, Callable[..., Task]] = {
 
 def optimizer(task: Task, params: list[nn.Parameter], plain_sgd: bool = False
               ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """The task's optimizer and schedule. ``plain_sgd``: momentum moved into
-    the comm hook (momentum correction), so the optimizer applies no momentum
-    of its own."""
+    """The task's optimizer and schedule. ``plain_sgd``: momentum (or, for
+    AdamW, all of Adam) moved into the comm hook, so the optimizer is SGD
+    without momentum, with the recipe's weight decay (with Adam in the hook
+    that is AdamW's decoupled decay exactly)."""
     r = task.recipe
-    if r.optimizer == "adamw":
+    if r.optimizer == "adamw" and not plain_sgd:
         opt: torch.optim.Optimizer = torch.optim.AdamW(params, lr=r.lr,
                                                        weight_decay=r.weight_decay)
     else:

@@ -9,7 +9,13 @@ Methods (same model, data order, recipe and initial weights per seed):
 - ``ALGO@DENSITY``: a pg_sparse hook (``oktopk``, ``topka``, ``topkdsa``,
   ``gtopk``, ``gaussiank``) on the ``"sparse"`` group after ``--warmup``
   dense steps; ``ALGO+mc@DENSITY`` adds DGC's momentum correction in the
-  hook (``SparseState(momentum=...)``) with plain SGD in the optimizer.
+  hook (``SparseState(momentum=...)``) with plain SGD in the optimizer;
+  ``ALGO+adam@DENSITY`` (AdamW tasks) runs Adam in the hook on the sparse
+  stream (``SparseState(precondition="adam")``: an entry that waited ``a``
+  steps in the residuals gets the ``a`` Adam steps it missed) with SGD (the
+  recipe's weight decay) in the optimizer and the recipe's gradient clipping
+  inside the hook (``max_grad_norm``; its output is the update);
+  ``+noclip`` runs any method without gradient clipping.
 
 Launch with torchrun (4 ranks on CPU)::
 
@@ -49,38 +55,47 @@ TORCH = ("dense", "bf16", "powersgd")
 
 def default_methods(densities: list[float], sgd: bool) -> list[str]:
     """dense, bf16, PowerSGD, then every sparse hook at every density, and
-    with SGD Ok-Topk with momentum correction too."""
-    mc = [f"oktopk+mc@{d:g}" for d in densities] if sgd else []
-    return [*TORCH, *(f"{a}@{d:g}" for d in densities for a in SPARSE), *mc]
+    Ok-Topk with momentum correction (SGD) or Adam in the hook (AdamW)."""
+    extra = [f"oktopk+{'mc' if sgd else 'adam'}@{d:g}" for d in densities]
+    return [*TORCH, *(f"{a}@{d:g}" for d in densities for a in SPARSE), *extra]
 
 
 @dataclass
 class Method:
     """A method name parsed: ``dense``, ``bf16``, ``powersgd`` or
     ``ALGO[+FLAG...]@DENSITY`` with flags ``mc`` (momentum correction in the
-    hook, plain SGD in the optimizer), ``exact`` (exact thresholds every
-    step: tau_prime = 1), ``wN`` (N dense warm-up steps instead of the
-    run's default) and ``dwN`` (density warm-up: from 0.25 down to DENSITY
-    over the first N sparse steps)."""
+    hook, plain SGD in the optimizer), ``adam`` (Adam in the hook, SGD in
+    the optimizer), ``noclip`` (no gradient clipping; also on dense, bf16
+    and powersgd), ``exact`` (exact thresholds every step: tau_prime = 1),
+    ``wN`` (N dense warm-up steps instead of the run's default) and
+    ``dwN`` (density warm-up: from 0.25 down to DENSITY over the first N
+    sparse steps)."""
 
     name: str
     algo: str
     density: float | None = None
     mc: bool = False
+    adam: bool = False
+    noclip: bool = False
     exact: bool = False
     warmup: int | None = None
     density_warmup: int = 0
 
 
 def parse_method(m: str) -> Method:
-    if m in TORCH:
-        return Method(m, m)
     head, _, dens = m.partition("@")
     algo, *flags = head.split("+")
     out = Method(m, algo, float(dens) if dens else None)
+    if algo in TORCH and not dens and set(flags) <= {"noclip"}:
+        out.noclip = bool(flags)
+        return out
     for f in flags:
-        if f == "mc":
+        if f == "noclip":
+            out.noclip = True
+        elif f == "mc":
             out.mc = True
+        elif f == "adam":
+            out.adam = True
         elif f == "exact":
             out.exact = True
         elif f[:1] == "w" and f[1:].isdigit():
@@ -91,7 +106,8 @@ def parse_method(m: str) -> Method:
             algo = ""
     if algo not in SPARSE or out.density is None:
         raise argparse.ArgumentTypeError(
-            f"method {m!r}: one of {TORCH} or ALGO[+mc][+exact][+wN][+dwN]@DENSITY, "
+            f"method {m!r}: one of {TORCH}[+noclip] or "
+            f"ALGO[+mc|+adam][+noclip][+exact][+wN][+dwN]@DENSITY, "
             f"ALGO in {SPARSE}")
     return out
 
@@ -124,22 +140,24 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 # -- one run ----------------------------------------------------------------
 def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: bool,
-          gloo: Any, psgd_groups: list[Any]) -> Any:
+          gloo: Any, psgd_groups: list[Any], clip: float = 0.0) -> Any:
     from pg_sparse.bench.baselines import PowerSGDPerBucket, register_hook
 
     import pg_sparse
 
     spec = parse_method(method)
-    if method == "dense":
+    if spec.algo == "dense":
         return None
-    if method == "powersgd":
+    if spec.algo == "powersgd":
         return _register_psgd(ddp, PowerSGDPerBucket(psgd_groups, start_iter=warmup))
-    if method == "bf16":
+    if spec.algo == "bf16":
         return register_hook(ddp, "bf16", 0.0, gloo)
     state = pg_sparse.SparseState(
         density=spec.density, warmup_steps=warmup, tau_prime=1 if spec.exact else 32,
         density_warmup_steps=spec.density_warmup,
-        momentum=recipe_momentum if spec.mc else 0.0, nesterov=nesterov and spec.mc)
+        momentum=recipe_momentum if spec.mc else 0.0, nesterov=nesterov and spec.mc,
+        precondition="adam" if spec.adam else None,
+        max_grad_norm=clip if spec.adam else 0.0)
     return register_hook(ddp, spec.algo, spec.density, gloo, state=state)
 
 
@@ -176,14 +194,15 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
     warmup = spec.warmup if spec.warmup is not None else warmup
     torch.manual_seed(seed)
     model = task.build()
-    group = gloo if method in TORCH else None
+    group = gloo if spec.algo in TORCH else None
     ddp = DDP(model, process_group=group)
     state = _hook(ddp, method, warmup, r.momentum, r.optimizer == "nesterov", gloo,
-                  psgd_groups)
-    opt, sched = optimizer(task, list(model.parameters()), plain_sgd=spec.mc)
+                  psgd_groups, 0.0 if spec.noclip else r.clip)
+    opt, sched = optimizer(task, list(model.parameters()), plain_sgd=spec.mc or spec.adam)
+    clip = 0.0 if spec.adam or spec.noclip else r.clip
     gen = torch.Generator().manual_seed(1_000_003 * seed + rank)  # each rank its own data
     dense_bytes = _bytes_model("dense", model, world)
-    step_bytes = _bytes_model(method, model, world)
+    step_bytes = _bytes_model(spec.algo, model, world)
     curve: dict[str, list[float]] = {"step": [], "metric": [], "bytes": [], "seconds": [],
                                      "train_loss": []}
     times, sent, selected, losses = [], [], [], []
@@ -192,8 +211,8 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
         t0 = time.perf_counter()
         loss = task.loss(ddp, b)
         loss.backward()
-        if r.clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
@@ -203,7 +222,7 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
             s = state.summary()
             sent.append(s["bytes_sent"])
             selected.append(s["global_selected"] / s["n"] if s["n"] else 1.0)
-        elif method == "powersgd" and step <= warmup:
+        elif spec.algo == "powersgd" and step <= warmup:
             sent.append(dense_bytes)
         else:
             sent.append(step_bytes)
@@ -226,7 +245,8 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
     sparse_steps = selected[warmup:] if selected else []
     return {
         "task": task.name, "method": method, "algo": spec.algo, "density": spec.density,
-        "momentum_correction": spec.mc, "seed": seed, "warmup": warmup, "world_size": world,
+        "momentum_correction": spec.mc, "adam_in_hook": spec.adam, "seed": seed,
+        "warmup": warmup, "world_size": world,
         "params": sum(p.numel() for p in model.parameters()),
         "final": curve["metric"][-1], "curve": curve,
         "bytes_per_step": float(per[1][warmup:].mean()),

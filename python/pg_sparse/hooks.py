@@ -31,18 +31,23 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     index = bucket.index()
     native, segments = state._bucket_for(index, buf, params)
     state._schedule_density(index, native)
-    if segments is None and not state.momentum:
+    if segments is None and not state.momentum and not state.precondition:
         return native.allreduce(buf).get_future().then(_first)
     # The state refers to another packing of these parameters (DDP's
     # first iteration after a restore): run it in that order.
     x = buf if segments is None else _permute(buf, segments)
+    dense = state.precondition is not None and state._next_is_dense(native)
     if state.momentum:
         x = state._corrected(index, x)
+    elif state.precondition:
+        x = state._adam_send(index, x, dense)
 
     def done(fut: torch.futures.Future) -> torch.Tensor:
         out = fut.value()[0]
         if state.momentum:
             state._mask_velocity(index, native)
+        elif state.precondition:
+            out = state._adam_update(index, native, out, dense)
         return out if segments is None else _permute(out, segments, inverse=True)
 
     return native.allreduce(x).get_future().then(done)
