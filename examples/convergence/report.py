@@ -24,10 +24,14 @@ def load(data: Path) -> dict[str, dict[str, Any]]:
     docs: dict[str, dict[str, Any]] = {}
     for p in sorted(data.glob("*.json")):
         doc = json.loads(p.read_text())
+        machine = doc["context"].get("machine", "?")
         if doc["task"] in docs:
             docs[doc["task"]]["runs"] += doc["runs"]
         else:
             docs[doc["task"]] = doc
+            doc["machines"] = {}
+        machines = docs[doc["task"]]["machines"]
+        machines[machine] = machines.get(machine, 0) + len(doc["runs"])
     return docs
 
 
@@ -98,7 +102,11 @@ def markdown(doc: dict[str, Any]) -> str:
             f"lr {r['lr']}, batch {r['batch']} per rank x {ctx['world_size']} ranks, "
             f"{r['steps']} steps, dense warm-up {doc['warmup']} steps for the compressed "
             f"methods. Test {metric} (dense's final: {target:.3f}{unit}). "
-            f"Link: {ctx['link']}; {ctx['note']}.\n\n")
+            f"Link: {ctx['link']}" + (f"; {ctx['note']}" if ctx.get("note") else "") +
+            ".\n\n")
+    if len(doc.get("machines", {})) > 1:
+        head += ("Runs from several machines (step times compare only within one): " +
+                 "; ".join(f"{m}: {n} runs" for m, n in doc["machines"].items()) + ".\n\n")
     lines = [f"| method | seeds | final {metric} (mean +- std) | min..max | vs dense | "
              f"steps to dense's final | bytes/step/rank | achieved density | "
              f"step ms (median) | train s |",
@@ -112,7 +120,7 @@ def markdown(doc: dict[str, Any]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def plot(doc: dict[str, Any], path: Path) -> None:
+def plot(doc: dict[str, Any], path: Path, time_axis: bool = True) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,9 +128,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     import numpy as np
 
     groups = by_method(doc)
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
     xs = (("step", "training step", False), ("bytes", "bytes sent per rank", True),
-          ("seconds", "wall-clock training time (s)", False))
+          ("seconds", "wall-clock training time (s)", False))[:3 if time_axis else 2]
+    fig, axes = plt.subplots(1, len(xs), figsize=(6 * len(xs), 5.5))
     styles = {"dense": ("k", "-", 2.4), "bf16": ("0.45", "-", 2.0),
               "powersgd": ("tab:brown", "-", 2.0)}
     colors = {"oktopk": "tab:blue", "topka": "tab:orange", "topkdsa": "tab:green",
@@ -157,8 +165,10 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             ax.set_ylim(max(0.0, top - 25), top + 1)
     axes[0].legend(fontsize=7, ncol=2)
     ctx = doc["context"]
+    machines = "; ".join(doc.get("machines") or [ctx["machine"]])
+    note = f"; {ctx['note']}" if ctx.get("note") else ""
     fig.suptitle(f"{doc['task']}: {ctx['world_size']} ranks, {ctx['link']}; "
-                 f"{ctx['machine']}; {ctx['note']}; mean of seeds, band min..max", fontsize=9)
+                 f"{machines}{note}; mean of seeds, band min..max", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -168,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="folder with TASK.json files")
     p.add_argument("--out", required=True, help="folder for results.md and TASK.png")
+    p.add_argument("--no-time", action="store_true",
+                   help="no wall-clock panel (runs from machines whose times differ)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     for task in ("digits", "mnist1d", "lstm", "gpt", *sorted(docs)):
         if task in docs:
             doc = docs.pop(task)
-            plot(doc, out / f"{task}.png")
+            plot(doc, out / f"{task}.png", time_axis=not args.no_time)
             parts.append(markdown(doc) + f"\n![{task}]({task}.png)\n")
     (out / "results.md").write_text("\n".join(parts))
     print(f"wrote {out / 'results.md'} and {len(parts)} figure(s)")
