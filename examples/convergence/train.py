@@ -196,10 +196,11 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
     model = task.build()
     group = gloo if spec.algo in TORCH else None
     ddp = DDP(model, process_group=group)
+    recipe_clip = 0.0 if spec.noclip else r.clip
     state = _hook(ddp, method, warmup, r.momentum, r.optimizer == "nesterov", gloo,
-                  psgd_groups, 0.0 if spec.noclip else r.clip)
+                  psgd_groups, recipe_clip)
     opt, sched = optimizer(task, list(model.parameters()), plain_sgd=spec.mc or spec.adam)
-    clip = 0.0 if spec.adam or spec.noclip else r.clip
+    clip = 0.0 if spec.adam else recipe_clip  # Adam in the hook clips there
     gen = torch.Generator().manual_seed(1_000_003 * seed + rank)  # each rank its own data
     dense_bytes = _bytes_model("dense", model, world)
     step_bytes = _bytes_model(spec.algo, model, world)

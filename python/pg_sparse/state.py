@@ -462,8 +462,9 @@ def _clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
     ``torch.nn.utils.clip_grad_norm_`` does."""
     if not max_norm:
         return g
-    norm = float(torch.linalg.vector_norm(g.float()))
-    return g * (max_norm / (norm + 1e-6)) if norm + 1e-6 > max_norm else g
+    # On the device, like torch's: no host round trip for the norm.
+    norm = torch.linalg.vector_norm(g.float())
+    return g * torch.clamp(max_norm / (norm + 1e-6), max=1.0).to(g.dtype)
 
 
 def _check_adam(precondition: str | None, betas: Sequence[float], eps: float,
