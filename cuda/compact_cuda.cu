@@ -1,6 +1,7 @@
 // Compaction kernels of the CUDA ops table: compact, select_pairs and
 // merge_pairs, all built on the ordered tile selection of tile_select.cuh.
-// Each call queues three kernels and reads back one pair of totals.
+// Each call queues three kernels and reads back one pair of totals, or, when
+// the caller planned the count, checks it on the device without a wait.
 #include "tile_select.cuh"
 
 namespace pgs_cuda {
@@ -130,6 +131,14 @@ __global__ void copy_selected_kernel(const int32_t *__restrict__ si,
   }
 }
 
+// A planned selection's check: its totals must give exactly @p expect.
+__global__ void check_count_kernel(const ulonglong2 *total,
+                                   unsigned long long quota,
+                                   unsigned long long expect, unsigned *err) {
+  const ulonglong2 t = *total;
+  if (t.x + (t.y < quota ? t.y : quota) != expect) atomicOr(err, 1u);
+}
+
 // merge_pairs. Elements [0, a_span) are list a (tile-aligned), the rest list
 // b. The count pass finds for every element the position of its index in
 // the other list (lower bound, kept in lb) and flags class 2 when the index
@@ -229,23 +238,49 @@ int64_t selected_count(ulonglong2 t, unsigned long long quota) {
   return static_cast<int64_t>(t.x + (t.y < quota ? t.y : quota));
 }
 
+// An empty input selects nothing: a planned count must be 0 (ops.h).
+int none_selected(size_t cap, int64_t *count_host) {
+  if (count_host == nullptr) return cap == 0 ? PGS_OK : PGS_ERR_INVALID;
+  *count_host = 0;
+  return PGS_OK;
+}
+
+// The count of a selection whose totals lie at @p total: read back, or,
+// when the caller planned it (no count pointer), checked on the device.
+int finish_selection(Ctx *c, const ulonglong2 *total, unsigned long long quota,
+                     size_t cap, int64_t *count_host) {
+  if (count_host == nullptr) return defer_count_check(c, total, quota, cap);
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, total, sizeof(ulonglong2), &host));
+  const int64_t count =
+      selected_count(*static_cast<const ulonglong2 *>(host), quota);
+  *count_host = count;
+  return static_cast<uint64_t>(count) > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+}
+
 }  // namespace
 
 // ---- entry points ---------------------------------------------------------
 
+int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
+                      unsigned long long expect) {
+  check_count_kernel<<<1, 1, 0, c->stream>>>(
+      total, quota, expect, static_cast<unsigned *>(c->err_dev.ptr));
+  PGS_LAUNCHED();
+  c->err_pending = true;
+  return PGS_OK;
+}
+
 int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
             int64_t eq_quota, int32_t idx_offset, int32_t *idx, float *val,
             size_t cap, int64_t *count_host) {
-  if (count_host == nullptr || (x == nullptr && n > 0)) return PGS_ERR_INVALID;
+  if (x == nullptr && n > 0) return PGS_ERR_INVALID;
   if ((idx == nullptr || val == nullptr) && cap > 0) return PGS_ERR_INVALID;
   if (idx_offset < 0) return PGS_ERR_INVALID;
   if (n > 0 && static_cast<uint64_t>(idx_offset) + (n - 1) >
                    static_cast<uint64_t>(INT32_MAX))
     return PGS_ERR_UNSUPPORTED;
-  if (n == 0) {
-    *count_host = 0;
-    return PGS_OK;
-  }
+  if (n == 0) return none_selected(cap, count_host);
   PGS_ENTER(ops, c);
   const unsigned long long ntiles = tiles_for(n);
   Carve measure(nullptr);
@@ -258,25 +293,16 @@ int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
   const CompactOp op{x,   n,   sel, static_cast<uint32_t>(idx_offset),
                      idx, val, cap};
   PGS_RETURN_IF(tile_select(c, ntiles, op, op, ts));
-  void *host = nullptr;
-  PGS_RETURN_IF(read_back(c, ts.offs + ntiles, sizeof(ulonglong2), &host));
-  const int64_t count =
-      selected_count(*static_cast<const ulonglong2 *>(host), sel.quota);
-  *count_host = count;
-  return static_cast<uint64_t>(count) > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+  return finish_selection(c, ts.offs + ntiles, sel.quota, cap, count_host);
 }
 
 int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
                  size_t m, float thr, int64_t eq_quota, int32_t *idx_out,
                  float *val_out, size_t cap, int64_t *count_host) {
-  if (count_host == nullptr || ((idx == nullptr || val == nullptr) && m > 0))
-    return PGS_ERR_INVALID;
+  if ((idx == nullptr || val == nullptr) && m > 0) return PGS_ERR_INVALID;
   if ((idx_out == nullptr || val_out == nullptr) && cap > 0)
     return PGS_ERR_INVALID;
-  if (m == 0) {
-    *count_host = 0;
-    return PGS_OK;
-  }
+  if (m == 0) return none_selected(cap, count_host);
   PGS_ENTER(ops, c);
   const unsigned long long ntiles = tiles_for(m);
   const size_t out_n = cap < m ? cap : m;  // never more than m are selected
@@ -312,12 +338,7 @@ int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
         si, sv, idx_out, val_out, ts.offs + ntiles, sel.quota, cap);
     PGS_LAUNCHED();
   }
-  void *host = nullptr;
-  PGS_RETURN_IF(read_back(c, ts.offs + ntiles, sizeof(ulonglong2), &host));
-  const int64_t count =
-      selected_count(*static_cast<const ulonglong2 *>(host), sel.quota);
-  *count_host = count;
-  return static_cast<uint64_t>(count) > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+  return finish_selection(c, ts.offs + ntiles, sel.quota, cap, count_host);
 }
 
 int merge_pairs(const pgs_ops_t *ops, const int32_t *ia, const float *va,

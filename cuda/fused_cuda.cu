@@ -100,9 +100,10 @@ int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   *count_host = static_cast<int64_t>(h[1]);
   // A list that cannot fit is not written: the caller falls back anyway.
   if (*count_host == 0 || static_cast<size_t>(*count_host) > cap) return PGS_OK;
-  int64_t got = 0;
-  PGS_RETURN_IF(compact(ops, r, n, thr, -1, 0, idx, val, cap, &got));
-  return got == *count_host ? PGS_OK : PGS_ERR_INVALID;
+  // The count is known: the compaction's own is checked on the device, and
+  // this call waits for the device once.
+  return compact(ops, r, n, thr, -1, 0, idx, val,
+                 static_cast<size_t>(*count_host), nullptr);
 }
 
 int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n) {
@@ -151,6 +152,51 @@ int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, dpos, bytes, &host));
   memcpy(pos_host, host, bytes);
+  return PGS_OK;
+}
+
+int count_pair_regions(const pgs_ops_t *ops, const int32_t *idx,
+                       const float *val, size_t m, const int64_t *keys_host,
+                       int nreg, float thr, int64_t *pos_host,
+                       int64_t *n_gt_host, int64_t *n_eq_host) {
+  if (nreg < 0 || keys_host == nullptr || pos_host == nullptr)
+    return PGS_ERR_INVALID;
+  if (nreg > 0 && (n_gt_host == nullptr || n_eq_host == nullptr))
+    return PGS_ERR_INVALID;
+  if ((idx == nullptr || val == nullptr) && m > 0) return PGS_ERR_INVALID;
+  for (int j = 0; j < nreg; ++j)
+    if (keys_host[j + 1] < keys_host[j]) return PGS_ERR_INVALID;
+  PGS_ENTER(ops, c);
+  // small: 2 * nreg counts, then nreg + 1 positions (read back together),
+  // then the keys (sent through the pinned buffer, past that part).
+  const size_t nk = static_cast<size_t>(nreg) + 1;
+  const size_t cnt_bytes = 2 * static_cast<size_t>(nreg) * 8;
+  const size_t back = cnt_bytes + nk * 8;
+  const size_t key_off = (back + 255) & ~static_cast<size_t>(255);
+  PGS_RETURN_IF(ensure_device(&c->small, key_off + nk * 8));
+  PGS_RETURN_IF(ensure_pinned(&c->pinned, key_off + nk * 8));
+  char *dsmall = static_cast<char *>(c->small.ptr);
+  auto *counts = reinterpret_cast<unsigned long long *>(dsmall);
+  auto *dpos = reinterpret_cast<long long *>(dsmall + cnt_bytes);
+  auto *dkeys = reinterpret_cast<long long *>(dsmall + key_off);
+  char *pin = static_cast<char *>(c->pinned.ptr);
+  memcpy(pin + key_off, keys_host, nk * 8);
+  PGS_CU(cudaMemcpyAsync(dkeys, pin + key_off, nk * 8, cudaMemcpyHostToDevice,
+                         c->stream));
+  locate_kernel<<<(static_cast<int>(nk) + kThreads - 1) / kThreads, kThreads, 0,
+                  c->stream>>>(idx, m, dkeys, static_cast<int>(nk), dpos);
+  PGS_LAUNCHED();
+  // The positions ascend within [0, m]: they are the regions' bounds.
+  if (nreg > 0)
+    PGS_RETURN_IF(count_regions_launch(c, val, dpos, nreg, thr, m, counts));
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, dsmall, back, &host));
+  const auto *h = static_cast<const unsigned long long *>(host);
+  for (int j = 0; j < nreg; ++j) {
+    n_gt_host[j] = static_cast<int64_t>(h[2 * j]);
+    n_eq_host[j] = static_cast<int64_t>(h[2 * j + 1]);
+  }
+  memcpy(pos_host, static_cast<const char *>(host) + cnt_bytes, nk * 8);
   return PGS_OK;
 }
 

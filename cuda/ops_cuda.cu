@@ -77,8 +77,17 @@ int resident_blocks(Ctx *c, const void *fn, int threads) {
 
 int sync_stream(Ctx *c) {
   ++c->syncs;
+  auto *word = static_cast<unsigned *>(c->err_pinned.ptr);
+  if (c->err_pending)
+    PGS_CU(cudaMemcpyAsync(word, c->err_dev.ptr, sizeof *word,
+                           cudaMemcpyDeviceToHost, c->stream));
   PGS_CU(cudaStreamSynchronize(c->stream));
-  return PGS_OK;
+  if (!c->err_pending) return PGS_OK;
+  c->err_pending = false;
+  if (*word == 0) return PGS_OK;
+  *word = 0;
+  PGS_CU(cudaMemsetAsync(c->err_dev.ptr, 0, sizeof *word, c->stream));
+  return PGS_ERR_INVALID;  // a table function broke its contract
 }
 
 int read_back(Ctx *c, const void *dev, size_t bytes, void **host) {
@@ -162,8 +171,15 @@ int cuda_sync(const pgs_ops_t *ops) {
   return sync_stream(c);
 }
 
+int cuda_check(const pgs_ops_t *ops) {
+  PGS_ENTER(ops, c);
+  return c->err_pending ? sync_stream(c) : PGS_OK;
+}
+
 void release(Ctx *c) {
   if (c->small.ptr != nullptr) (void)cudaFree(c->small.ptr);
+  if (c->err_dev.ptr != nullptr) (void)cudaFree(c->err_dev.ptr);
+  if (c->err_pinned.ptr != nullptr) (void)cudaFreeHost(c->err_pinned.ptr);
   if (c->work.ptr != nullptr) (void)cudaFree(c->work.ptr);
   if (c->pinned.ptr != nullptr) (void)cudaFreeHost(c->pinned.ptr);
   (void)cudaGetLastError();
@@ -217,6 +233,13 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   // counters); count_regions grows them for many regions.
   int st = ensure_device(&c->small, 64 * 1024);
   if (st == PGS_OK) st = ensure_pinned(&c->pinned, 64 * 1024);
+  if (st == PGS_OK) st = ensure_device(&c->err_dev, sizeof(unsigned));
+  if (st == PGS_OK) st = ensure_pinned(&c->err_pinned, sizeof(unsigned));
+  if (st == PGS_OK &&
+      cudaMemset(c->err_dev.ptr, 0, sizeof(unsigned)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    st = PGS_ERR_DEVICE;
+  }
   if (st != PGS_OK) {
     release(c);
     return st;
@@ -247,6 +270,8 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   t.unaccumulate = pgs_cuda::unaccumulate;
   t.shift_idx = pgs_cuda::shift_idx;
   t.locate = pgs_cuda::locate;
+  t.check = cuda_check;
+  t.count_pair_regions = pgs_cuda::count_pair_regions;
   t.host_syncs = pgs_cuda::host_syncs;
   t.to_wire = pgs_cuda::to_wire;
   t.from_wire = pgs_cuda::from_wire;

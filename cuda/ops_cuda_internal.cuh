@@ -40,6 +40,11 @@ struct Ctx {
   Scratch pinned;      // pinned host: counts read back, bounds sent
   Scratch work;        // device: tile counts, candidates, CUB temp storage
   uint64_t syncs = 0;  // host waits for the stream (sync_stream), for stats
+  // Checks left to the device (a planned selection's count): kernels set
+  // bits of *err_dev; the next host wait reads it (see sync_stream).
+  Scratch err_dev;     // device: one word of check bits
+  Scratch err_pinned;  // pinned host: where that word is read back
+  bool err_pending = false;
 };
 
 inline Ctx *ctx_of(const pgs_ops_t *ops) {
@@ -55,8 +60,15 @@ int ensure_pinned(Scratch *s, size_t bytes);
 // pinned pointer through @p host.
 int read_back(Ctx *c, const void *dev, size_t bytes, void **host);
 
-// The host waits for the stream; every such wait is counted (stats).
+// The host waits for the stream; every such wait is counted (stats). A wait
+// that follows a check left to the device reads the check's word in the same
+// wait and returns PGS_ERR_INVALID if a check failed.
 int sync_stream(Ctx *c);
+
+// Leaves to the device the check that a selection whose totals tile_select
+// wrote to @p total took exactly @p expect entries (no host wait).
+int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
+                      unsigned long long expect);
 
 // Makes ctx->device current for the scope and restores the caller's device.
 class DeviceGuard {
@@ -249,6 +261,12 @@ int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
              double *std);
 
 // select_cuda.cu
+// Queues the per-region counts of x at thr over the device bounds
+// dbounds[0..nreg] into counts[2 * nreg] (zeroed first); @p span bounds
+// dbounds[nreg] - dbounds[0] from above (it sizes the grid).
+int count_regions_launch(Ctx *c, const float *x, const long long *dbounds,
+                         int nreg, float thr, size_t span,
+                         unsigned long long *counts);
 int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
                   const int64_t *bounds_host, int nreg, float thr,
                   int64_t *n_gt_host, int64_t *n_eq_host);
@@ -286,6 +304,10 @@ int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n);
 int shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta);
 int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
            const int64_t *keys_host, int nkeys, int64_t *pos_host);
+int count_pair_regions(const pgs_ops_t *ops, const int32_t *idx,
+                       const float *val, size_t m, const int64_t *keys_host,
+                       int nreg, float thr, int64_t *pos_host,
+                       int64_t *n_gt_host, int64_t *n_eq_host);
 uint64_t host_syncs(const pgs_ops_t *ops);
 
 // wire_cuda.cu

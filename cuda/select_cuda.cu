@@ -286,6 +286,19 @@ __global__ void radix_pick_kernel(RadixState *st, int level,
 
 // ---- entry points ---------------------------------------------------------
 
+int count_regions_launch(Ctx *c, const float *x, const long long *dbounds,
+                         int nreg, float thr, size_t span,
+                         unsigned long long *counts) {
+  PGS_CU(
+      cudaMemsetAsync(counts, 0, 2 * static_cast<size_t>(nreg) * 8, c->stream));
+  if (span == 0) return PGS_OK;
+  const unsigned grid = grid_for(c, count_regions_kernel, span, kRegionItems);
+  count_regions_kernel<<<grid, kThreads, 0, c->stream>>>(x, dbounds, nreg, thr,
+                                                         counts);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
 int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
                   const int64_t *bounds_host, int nreg, float thr,
                   int64_t *n_gt_host, int64_t *n_eq_host) {
@@ -319,12 +332,8 @@ int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
   memcpy(pin + bnd_off, bounds_host, bnd_bytes);
   PGS_CU(cudaMemcpyAsync(dbounds, pin + bnd_off, bnd_bytes,
                          cudaMemcpyHostToDevice, c->stream));
-  PGS_CU(cudaMemsetAsync(counts, 0, cnt_bytes, c->stream));
   const size_t total = static_cast<size_t>(bounds_host[nreg] - bounds_host[0]);
-  const unsigned grid = grid_for(c, count_regions_kernel, total, kRegionItems);
-  count_regions_kernel<<<grid, kThreads, 0, c->stream>>>(x, dbounds, nreg, thr,
-                                                         counts);
-  PGS_LAUNCHED();
+  PGS_RETURN_IF(count_regions_launch(c, x, dbounds, nreg, thr, total, counts));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, counts, cnt_bytes, &host));
   const auto *h = static_cast<const unsigned long long *>(host);

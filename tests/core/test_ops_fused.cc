@@ -145,5 +145,51 @@ TEST(OpsFused, ShiftIdxAndLocate) {
   EXPECT_EQ(ops()->host_syncs(ops()), 0u);
 }
 
+// count_pair_regions against a brute-force walk over the pairs: positions
+// of the keys, and per region the counts above and at the threshold.
+TEST(OpsFused, CountPairRegionsMatchesAWalk) {
+  std::vector<int32_t> idx = sorted_subset(6000, 1 << 20, 57);
+  std::vector<float> val = normal(idx.size(), 58);
+  for (size_t j = 0; j < val.size(); j += 13) val[j] = 1.0f;  // ties
+  for (size_t j = 5; j < val.size(); j += 17) val[j] = 0.0f;  // never counted
+  for (int nreg : {0, 1, 3, 8}) {
+    std::vector<int64_t> keys(static_cast<size_t>(nreg) + 1);
+    for (int j = 0; j <= nreg; ++j)
+      keys[static_cast<size_t>(j)] = (INT64_C(1) << 20) * j / (nreg ? nreg : 1);
+    if (nreg == 3) keys[2] = keys[1];  // an empty region
+    std::vector<int64_t> pos(keys.size(), -1), gt(keys.size(), -1),
+        eq(keys.size(), -1);
+    ASSERT_EQ(ops()->count_pair_regions(ops(), idx.data(), val.data(),
+                                        idx.size(), keys.data(), nreg, 1.0f,
+                                        pos.data(), gt.data(), eq.data()),
+              PGS_OK);
+    for (int j = 0; j <= nreg; ++j) {
+      int64_t p = 0;
+      for (int32_t i : idx) p += i < keys[static_cast<size_t>(j)];
+      EXPECT_EQ(pos[static_cast<size_t>(j)], p) << "key " << j;
+    }
+    for (int j = 0; j < nreg; ++j) {
+      int64_t g = 0, e = 0;
+      for (size_t t = 0; t < idx.size(); ++t) {
+        if (idx[t] < keys[static_cast<size_t>(j)] ||
+            idx[t] >= keys[static_cast<size_t>(j) + 1] || val[t] == 0.0f)
+          continue;
+        g += std::fabs(val[t]) > 1.0f;
+        e += std::fabs(val[t]) == 1.0f;
+      }
+      EXPECT_EQ(gt[static_cast<size_t>(j)], g) << "region " << j;
+      EXPECT_EQ(eq[static_cast<size_t>(j)], e) << "region " << j;
+    }
+  }
+  const std::vector<int64_t> down = {10, 5};
+  int64_t pos[2], gt[1], eq[1];
+  EXPECT_EQ(ops()->count_pair_regions(ops(), idx.data(), val.data(), idx.size(),
+                                      down.data(), 1, 1.0f, pos, gt, eq),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->count_pair_regions(ops(), idx.data(), val.data(), idx.size(),
+                                      nullptr, 1, 1.0f, pos, gt, eq),
+            PGS_ERR_INVALID);
+}
+
 }  // namespace
 }  // namespace ops_test

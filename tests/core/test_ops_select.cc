@@ -314,9 +314,6 @@ TEST(OpsCpuCompact, RejectsBadArguments) {
   std::vector<int32_t> idx(100);
   std::vector<float> val(100);
   int64_t count = 0;
-  EXPECT_EQ(ops()->compact(ops(), x.data(), 100, 0.0f, -1, 0, idx.data(),
-                           val.data(), 100, nullptr),
-            PGS_ERR_INVALID);
   EXPECT_EQ(ops()->compact(ops(), nullptr, 100, 0.0f, -1, 0, idx.data(),
                            val.data(), 100, &count),
             PGS_ERR_INVALID);
@@ -391,13 +388,47 @@ TEST(OpsCpuSelectPairs, OverflowAndBadArguments) {
   EXPECT_EQ(ops()->select_pairs(ops(), nullptr, val.data(), 5, 0.5f, -1,
                                 io.data(), vo.data(), 4, &count),
             PGS_ERR_INVALID);
-  EXPECT_EQ(ops()->select_pairs(ops(), idx.data(), val.data(), 5, 0.5f, -1,
-                                io.data(), vo.data(), 4, nullptr),
-            PGS_ERR_INVALID);
   EXPECT_EQ(ops()->select_pairs(ops(), nullptr, nullptr, 0, 0.5f, -1, nullptr,
                                 nullptr, 0, &count),
             PGS_OK);
   EXPECT_EQ(count, 0);
+}
+
+// Without a count pointer the caller planned the count: exactly cap must be
+// selected, and the host table says at once when not (ops.h).
+TEST(OpsCpuCompact, PlannedCountIsChecked) {
+  std::vector<float> x(100, 1.0f);
+  x[10] = 0.0f;  // zeros are never selected: 99 entries above 0.5
+  std::vector<int32_t> idx(100, -7);
+  std::vector<float> val(100, -7.0f);
+  EXPECT_EQ(ops()->compact(ops(), x.data(), 100, 0.5f, -1, 0, idx.data(),
+                           val.data(), 99, nullptr),
+            PGS_OK);
+  EXPECT_EQ(idx[9], 9);
+  EXPECT_EQ(idx[10], 11);
+  EXPECT_EQ(idx[99], -7);
+  EXPECT_EQ(ops()->compact(ops(), x.data(), 100, 0.5f, -1, 0, idx.data(),
+                           val.data(), 98, nullptr),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->compact(ops(), x.data(), 100, 0.5f, -1, 0, idx.data(),
+                           val.data(), 100, nullptr),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->compact(ops(), x.data(), 0, 0.5f, -1, 0, nullptr, nullptr, 0,
+                           nullptr),
+            PGS_OK);
+  // Pairs: 3 above 0.5 of 5, the tie quota counted too.
+  std::vector<int32_t> pi = {1, 4, 6, 9, 12};
+  std::vector<float> pv = {0.25f, 1.0f, 1.0f, -2.0f, 0.5f};
+  std::vector<int32_t> io(5, -7);
+  std::vector<float> vo(5, -7.0f);
+  EXPECT_EQ(ops()->select_pairs(ops(), pi.data(), pv.data(), 5, 0.5f, 0,
+                                io.data(), vo.data(), 3, nullptr),
+            PGS_OK);
+  EXPECT_EQ(io, (std::vector<int32_t>{4, 6, 9, -7, -7}));
+  EXPECT_EQ(ops()->select_pairs(ops(), pi.data(), pv.data(), 5, 0.5f, -1,
+                                io.data(), vo.data(), 3, nullptr),
+            PGS_ERR_INVALID);  // the tie at 12 makes 4
+  EXPECT_EQ(ops()->check(ops()), PGS_OK);
 }
 
 }  // namespace

@@ -76,5 +76,41 @@ TEST_F(CudaFused, ShiftLocateAndSyncCount) {
   EXPECT_TRUE(same(d.host(), idx));
 }
 
+// count_pair_regions against the host table, in one read back.
+TEST_F(CudaFused, CountPairRegionsMatchesHostInOneWait) {
+  for (size_t m : {size_t{0}, size_t{1}, size_t{5000}, size_t{300000}}) {
+    std::vector<int32_t> idx = sorted_subset(m * 2 + 1, 1 << 24, 43 + m);
+    idx.resize(std::min(idx.size(), m));
+    std::vector<float> val = normal(idx.size(), 44 + m);
+    for (size_t j = 0; j < val.size(); j += 11) val[j] = 0.5f;
+    for (size_t j = 3; j < val.size(); j += 19) val[j] = 0.0f;
+    Dev<int32_t> di(idx);
+    Dev<float> dv(val);
+    for (int nreg : {1, 2, 4, 8}) {
+      std::vector<int64_t> keys(static_cast<size_t>(nreg) + 1);
+      for (int j = 0; j <= nreg; ++j)
+        keys[static_cast<size_t>(j)] = (INT64_C(1) << 24) * j / nreg;
+      if (nreg == 4) keys[2] = keys[1];  // an empty region
+      const size_t nk = keys.size();
+      std::vector<int64_t> ph(nk), gh(nk), eh(nk), pd(nk), gd(nk), ed(nk);
+      ASSERT_EQ(cpu()->count_pair_regions(cpu(), idx.data(), val.data(), m,
+                                          keys.data(), nreg, 0.5f, ph.data(),
+                                          gh.data(), eh.data()),
+                PGS_OK);
+      const uint64_t s0 = gpu()->host_syncs(gpu());
+      ASSERT_EQ(gpu()->count_pair_regions(gpu(), di.get(), dv.get(), m,
+                                          keys.data(), nreg, 0.5f, pd.data(),
+                                          gd.data(), ed.data()),
+                PGS_OK);
+      EXPECT_EQ(gpu()->host_syncs(gpu()) - s0, 1u) << "one read back";
+      EXPECT_EQ(pd, ph) << "m " << m << " nreg " << nreg;
+      EXPECT_EQ(std::vector<int64_t>(gd.begin(), gd.begin() + nreg),
+                std::vector<int64_t>(gh.begin(), gh.begin() + nreg));
+      EXPECT_EQ(std::vector<int64_t>(ed.begin(), ed.begin() + nreg),
+                std::vector<int64_t>(eh.begin(), eh.begin() + nreg));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cuda_test

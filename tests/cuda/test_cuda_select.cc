@@ -283,9 +283,6 @@ TEST_F(CudaSelect, CompactBadArguments) {
   Dev<float> val(100);
   int64_t count = 0;
   const pgs_ops_t *o = gpu();
-  EXPECT_EQ(o->compact(o, d.get(), 100, 0.0f, -1, 0, idx.get(), val.get(), 100,
-                       nullptr),
-            PGS_ERR_INVALID);
   EXPECT_EQ(o->compact(o, nullptr, 100, 0.0f, -1, 0, idx.get(), val.get(), 100,
                        &count),
             PGS_ERR_INVALID);
@@ -368,9 +365,54 @@ TEST_F(CudaSelect, SelectPairsMatchesCpuAndFiltersInPlace) {
   EXPECT_EQ(gpu()->select_pairs(gpu(), nullptr, v.get(), 4, 0.5f, -1, i.get(),
                                 v.get(), 4, &count),
             PGS_ERR_INVALID);
-  EXPECT_EQ(gpu()->select_pairs(gpu(), i.get(), v.get(), 4, 0.5f, -1, i.get(),
-                                v.get(), 4, nullptr),
-            PGS_ERR_INVALID);
+}
+
+// A planned count (no count pointer) is checked on the device: no host wait
+// in the call, the mismatch reported by the next wait (check, or any
+// function that reads back), as on the host table but later.
+TEST_F(CudaSelect, PlannedCountIsCheckedOnTheDevice) {
+  std::vector<float> x(100, 1.0f);
+  x[10] = 0.0f;  // 99 entries above 0.5
+  Dev<float> d(x);
+  Dev<int32_t> idx(100);
+  Dev<float> val(100);
+  const pgs_ops_t *o = gpu();
+  ASSERT_EQ(o->check(o), PGS_OK);
+  const uint64_t s0 = o->host_syncs(o);
+  ASSERT_EQ(o->compact(o, d.get(), 100, 0.5f, -1, 0, idx.get(), val.get(), 99,
+                       nullptr),
+            PGS_OK);
+  EXPECT_EQ(o->host_syncs(o), s0);  // nothing waited for
+  EXPECT_EQ(o->check(o), PGS_OK);
+  EXPECT_EQ(o->host_syncs(o), s0 + 1);
+  EXPECT_EQ(o->check(o), PGS_OK);  // nothing left to read
+  EXPECT_EQ(o->host_syncs(o), s0 + 1);
+  EXPECT_EQ(idx.host(9, 2), (std::vector<int32_t>{9, 11}));
+  // A wrong plan: the call queues, check reports it once.
+  ASSERT_EQ(o->compact(o, d.get(), 100, 0.5f, -1, 0, idx.get(), val.get(), 98,
+                       nullptr),
+            PGS_OK);
+  EXPECT_EQ(o->check(o), PGS_ERR_INVALID);
+  EXPECT_EQ(o->check(o), PGS_OK);
+  // Reported by the next function that reads back, here a count.
+  ASSERT_EQ(o->compact(o, d.get(), 100, 0.5f, -1, 0, idx.get(), val.get(), 100,
+                       nullptr),
+            PGS_OK);
+  int64_t bad = -1;
+  EXPECT_EQ(o->count_nonfinite(o, d.get(), 100, &bad), PGS_ERR_INVALID);
+  EXPECT_EQ(o->check(o), PGS_OK);
+  // Pairs, with the tie quota.
+  Dev<int32_t> pi(std::vector<int32_t>{1, 4, 6, 9, 12});
+  Dev<float> pv(std::vector<float>{0.25f, 1.0f, 1.0f, -2.0f, 0.5f});
+  ASSERT_EQ(o->select_pairs(o, pi.get(), pv.get(), 5, 0.5f, 0, idx.get(),
+                            val.get(), 3, nullptr),
+            PGS_OK);
+  EXPECT_EQ(o->check(o), PGS_OK);
+  EXPECT_EQ(idx.host(0, 3), (std::vector<int32_t>{4, 6, 9}));
+  ASSERT_EQ(o->select_pairs(o, pi.get(), pv.get(), 5, 0.5f, -1, idx.get(),
+                            val.get(), 3, nullptr),
+            PGS_OK);
+  EXPECT_EQ(o->check(o), PGS_ERR_INVALID);  // the tie at 12 makes 4
 }
 
 }  // namespace

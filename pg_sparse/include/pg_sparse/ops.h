@@ -84,12 +84,18 @@ struct pgs_ops {
   /** Compaction in index order: select x[i] != 0 with |x[i]| > thr, plus the
    *  first @p eq_quota entries with |x[i]| == thr (all of them if negative).
    *  Writes idx[j] = i + idx_offset and val[j] = x[i], j < cap; *count_host
-   *  receives the number selected. */
+   *  receives the number selected.
+   *  @p count_host may be NULL when the caller knows the count (it planned
+   *  the selection): then exactly @p cap entries must be selected, and a
+   *  table that queues work (CUDA) checks that on the device instead of
+   *  waiting for it; a mismatch (the table broke its contract) is returned
+   *  as PGS_ERR_INVALID by the next function of the table that waits for
+   *  the device, at the latest by check. */
   int (*compact)(const pgs_ops_t *ops, const float *x, size_t n, float thr,
                  int64_t eq_quota, int32_t idx_offset, int32_t *idx, float *val,
                  size_t cap, int64_t *count_host);
   /** The same selection applied to a list of pairs (order kept). Output may
-   *  alias input. */
+   *  alias input; @p count_host may be NULL as for compact. */
   int (*select_pairs)(const pgs_ops_t *ops, const int32_t *idx,
                       const float *val, size_t m, float thr, int64_t eq_quota,
                       int32_t *idx_out, float *val_out, size_t cap,
@@ -135,6 +141,21 @@ struct pgs_ops {
    *  j < nkeys (where each region of a sorted pair list begins). */
   int (*locate)(const pgs_ops_t *ops, const int32_t *idx, size_t m,
                 const int64_t *keys_host, int nkeys, int64_t *pos_host);
+  /** Errors of the checks earlier functions left to the device (see
+   *  compact): waits for the device only while such a check is unread, so a
+   *  call that ends with a read-back pays nothing; always PGS_OK on the
+   *  host, where every check is made at once. */
+  int (*check)(const pgs_ops_t *ops);
+  /** locate and count_regions in one: for an ascending idx[0..m) with
+   *  values val, pos_host[j] = #{idx < keys_host[j]} for j <= nreg, and for
+   *  each region j < nreg, the pairs [pos_host[j], pos_host[j+1]), counted
+   *  at thr into n_gt_host[j] and n_eq_host[j] as count_regions does. Keys
+   *  ascend. One wait for the device where the two functions make two. */
+  int (*count_pair_regions)(const pgs_ops_t *ops, const int32_t *idx,
+                            const float *val, size_t m,
+                            const int64_t *keys_host, int nreg, float thr,
+                            int64_t *pos_host, int64_t *n_gt_host,
+                            int64_t *n_eq_host);
   /** Host synchronisations (waits for the device) this table has made
    *  since it was created; 0 on the host, where kernels run inline. */
   uint64_t (*host_syncs)(const pgs_ops_t *ops);

@@ -74,8 +74,8 @@ static int ops_complete(const pgs_ops_t *o) {
          o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
          o->select_pairs && o->gather && o->zero_at && o->scatter_add &&
          o->zero_common && o->merge_pairs && o->accumulate_select &&
-         o->unaccumulate && o->shift_idx && o->locate && o->host_syncs &&
-         o->to_wire && o->from_wire;
+         o->unaccumulate && o->shift_idx && o->locate && o->check &&
+         o->count_pair_regions && o->host_syncs && o->to_wire && o->from_wire;
 }
 
 static int64_t target_k(double density, size_t n) {
@@ -406,6 +406,9 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
       st = b->algo->step(b, grad, out);
     }
   }
+  /* Checks the call left to the device (selections of a planned size): a
+   * wait only when no read-back of the call came after the last of them. */
+  if (st == PGS_OK) st = b->ops->check(b->ops);
   pgs_phase_enter(b, PGS_PHASE_COUNT);
   b->stats.host_syncs = (int64_t)(b->ops->host_syncs(b->ops) - b->syncs0);
   if (st == PGS_OK) b->step++;

@@ -142,25 +142,24 @@ static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   int st = pgs_buf_reserve(ops, &s->gidx, (size_t)c * 4);
   if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->gval, (size_t)c * 4);
   if (st != PGS_OK) return st;
-  int64_t got = 0;
+  /* c was counted at thr: the selection is planned (no count pointer). */
   st = ops->select_pairs(ops, sp->lidx, sp->lval, (size_t)sp->lm, thr, -1,
-                         s->gidx.ptr, s->gval.ptr, (size_t)c, &got);
+                         s->gidx.ptr, s->gval.ptr, (size_t)c, NULL);
   /* Region-relative to global indices. */
   if (st == PGS_OK)
-    st = ops->shift_idx(ops, s->gidx.ptr, (size_t)got,
+    st = ops->shift_idx(ops, s->gidx.ptr, (size_t)c,
                         -(int32_t)sp->bounds[b->rank]);
   if (st != PGS_OK) return st;
-  if (got != c) return PGS_ERR_INVALID;
   *count = c <= cap ? c : cap;
   if (c <= cap || cap == 0) return PGS_OK;
-  /* Keep the cap largest |v|, ties in index order, in place. */
+  /* Keep the cap largest |v|, ties in index order, in place: exactly cap. */
   float t = 0.0f;
   int64_t n_gt = 0;
   st = ops->kth_abs(ops, s->gval.ptr, (size_t)c, (size_t)cap, &t, &n_gt);
   if (st == PGS_OK)
     st = ops->select_pairs(ops, s->gidx.ptr, s->gval.ptr, (size_t)c, t,
-                           cap - n_gt, s->gidx.ptr, s->gval.ptr, (size_t)c,
-                           count);
+                           cap - n_gt, s->gidx.ptr, s->gval.ptr, (size_t)cap,
+                           NULL);
   return st;
 }
 

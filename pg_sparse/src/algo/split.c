@@ -89,8 +89,14 @@ static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
                         float thr, int64_t eq_quota, int64_t cap,
                         int64_t *capped) {
   const int P = s->size;
-  int st = b->ops->count_regions(b->ops, src->val, src->len, src->cut, P, thr,
-                                 s->gt, s->eq);
+  /* A candidate list is cut where each region's run begins (into s->pos)
+   * in the same read as the counts. */
+  int st =
+      src->idx == NULL
+          ? b->ops->count_regions(b->ops, src->val, src->len, src->cut, P, thr,
+                                  s->gt, s->eq)
+          : b->ops->count_pair_regions(b->ops, src->idx, src->val, src->len,
+                                       s->bounds, P, thr, s->pos, s->gt, s->eq);
   if (st != PGS_OK) return st;
   int64_t left = eq_quota;
   for (int j = 0; j < P; ++j) {
@@ -118,20 +124,17 @@ static int pack_region(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
   const pgs_ops_t *ops = b->ops;
   int32_t *blk = s->sidx + s->off[j];
   float *val = s->sval + s->off[j];
-  int64_t got = 0;
-  int st;
-  if (src->idx == NULL) {
-    st = ops->compact(ops, src->val + src->cut[j], run_len(src, j), s->rthr[j],
-                      s->rquota[j], 0, blk, val, (size_t)s->m[j], &got);
-  } else {
-    st = ops->select_pairs(ops, src->idx + src->cut[j], src->val + src->cut[j],
-                           run_len(src, j), s->rthr[j], s->rquota[j], blk, val,
-                           (size_t)s->m[j], &got);
-    if (st == PGS_OK)
-      st = ops->shift_idx(ops, blk, (size_t)got, (int32_t)s->bounds[j]);
-  }
+  /* The plan fixed the block's size: selections without a count pointer,
+   * checked by the table without a wait for the device (ops.h). */
+  if (src->idx == NULL)
+    return ops->compact(ops, src->val + src->cut[j], run_len(src, j),
+                        s->rthr[j], s->rquota[j], 0, blk, val, (size_t)s->m[j],
+                        NULL);
+  int st = ops->select_pairs(
+      ops, src->idx + src->cut[j], src->val + src->cut[j], run_len(src, j),
+      s->rthr[j], s->rquota[j], blk, val, (size_t)s->m[j], NULL);
   if (st != PGS_OK) return st;
-  return got == s->m[j] ? PGS_OK : PGS_ERR_INVALID; /* ops broke contract */
+  return ops->shift_idx(ops, blk, (size_t)s->m[j], (int32_t)s->bounds[j]);
 }
 
 static int select_from(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
@@ -171,9 +174,7 @@ int pgs_split_select_pairs(pgs_bucket_t *b, pgs_split_t *s, const int32_t *cidx,
                            const float *cval, int64_t mc, float thr,
                            int64_t eq_quota, int64_t cap, int64_t *m_total,
                            int64_t *capped) {
-  int st =
-      b->ops->locate(b->ops, cidx, (size_t)mc, s->bounds, s->size + 1, s->pos);
-  if (st != PGS_OK) return st;
+  /* s->pos is filled by the plan (count_pair_regions). */
   const split_src_t src = {cval, cidx, s->pos, (size_t)mc};
   return select_from(b, s, &src, thr, eq_quota, cap, m_total, capped);
 }

@@ -137,6 +137,20 @@ int pgs_cpu_locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
   return PGS_OK;
 }
 
+int pgs_cpu_count_pair_regions(const pgs_ops_t *ops, const int32_t *idx,
+                               const float *val, size_t m,
+                               const int64_t *keys_host, int nreg, float thr,
+                               int64_t *pos_host, int64_t *n_gt_host,
+                               int64_t *n_eq_host) {
+  if (nreg < 0 || keys_host == NULL || pos_host == NULL) return PGS_ERR_INVALID;
+  for (int j = 0; j < nreg; ++j)
+    if (keys_host[j + 1] < keys_host[j]) return PGS_ERR_INVALID;
+  int st = pgs_cpu_locate(ops, idx, m, keys_host, nreg + 1, pos_host);
+  if (st != PGS_OK) return st;
+  return pgs_cpu_count_regions(ops, val, m, pos_host, nreg, thr, n_gt_host,
+                               n_eq_host);
+}
+
 uint64_t pgs_cpu_host_syncs(const pgs_ops_t *ops) {
   (void)ops; /* host kernels finish before they return: nothing to wait for */
   return 0;

@@ -62,6 +62,11 @@ int pgs_cpu_unaccumulate(const pgs_ops_t *ops, float *r, const float *g,
                          size_t n);
 int pgs_cpu_shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m,
                       int32_t delta);
+int pgs_cpu_count_pair_regions(const pgs_ops_t *ops, const int32_t *idx,
+                               const float *val, size_t m,
+                               const int64_t *keys_host, int nreg, float thr,
+                               int64_t *pos_host, int64_t *n_gt_host,
+                               int64_t *n_eq_host);
 int pgs_cpu_locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
                    const int64_t *keys_host, int nkeys, int64_t *pos_host);
 uint64_t pgs_cpu_host_syncs(const pgs_ops_t *ops);

@@ -316,12 +316,20 @@ static void compact_walk(const float *x, size_t lo, size_t hi, selector_t *sel,
   }
 }
 
+/* A selection's result: its count, or without a count pointer, whether
+ * exactly @p cap were selected as the caller planned (ops.h). */
+static int selected(size_t cnt, size_t cap, int64_t *count_host) {
+  if (count_host == NULL) return cnt == cap ? PGS_OK : PGS_ERR_INVALID;
+  *count_host = (int64_t)cnt;
+  return cnt > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+}
+
 PGS_CPU_CLONES
 int pgs_cpu_compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
                     int64_t eq_quota, int32_t idx_offset, int32_t *idx,
                     float *val, size_t cap, int64_t *count_host) {
   (void)ops;
-  if (count_host == NULL || (x == NULL && n > 0)) return PGS_ERR_INVALID;
+  if (x == NULL && n > 0) return PGS_ERR_INVALID;
   if ((idx == NULL || val == NULL) && cap > 0) return PGS_ERR_INVALID;
   /* Written indices are int32 positions plus a non-negative offset. */
   if (idx_offset < 0) return PGS_ERR_INVALID;
@@ -334,8 +342,7 @@ int pgs_cpu_compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
     if (block_has_candidate(x + lo, hi - lo, thr))
       compact_walk(x, lo, hi, &sel, idx_offset, idx, val, cap, &cnt);
   }
-  *count_host = (int64_t)cnt;
-  return cnt > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+  return selected(cnt, cap, count_host);
 }
 
 int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
@@ -343,8 +350,7 @@ int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
                          int64_t eq_quota, int32_t *idx_out, float *val_out,
                          size_t cap, int64_t *count_host) {
   (void)ops;
-  if (count_host == NULL || ((idx == NULL || val == NULL) && m > 0))
-    return PGS_ERR_INVALID;
+  if ((idx == NULL || val == NULL) && m > 0) return PGS_ERR_INVALID;
   if ((idx_out == NULL || val_out == NULL) && cap > 0) return PGS_ERR_INVALID;
   selector_t sel = selector_make(thr, eq_quota);
   size_t cnt = 0;
@@ -359,6 +365,5 @@ int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
     }
     ++cnt;
   }
-  *count_host = (int64_t)cnt;
-  return cnt > cap ? PGS_ERR_OVERFLOW : PGS_OK;
+  return selected(cnt, cap, count_host);
 }
