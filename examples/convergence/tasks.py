@@ -42,6 +42,9 @@ class Recipe:
     weight_decay: float = 0.0
     clip: float = 0.0  # max gradient norm, 0: none
     lr_warmup: int = 0  # linear learning-rate warm-up steps (AdamW)
+    # "constant" after the warm-up, or "cosine": down to a tenth of lr at the
+    # last step (nanoGPT's and Chinchilla's schedule), so training ends flat.
+    lr_decay: str = "constant"
 
 
 @dataclass
@@ -256,6 +259,17 @@ def optimizer(task: Task, params: list[nn.Parameter], plain_sgd: bool = False
         opt = torch.optim.SGD(params, lr=r.lr, momentum=momentum,
                               nesterov=r.optimizer == "nesterov" and not plain_sgd,
                               weight_decay=r.weight_decay)
-    warm = max(1, r.lr_warmup)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(r, s))
     return opt, sched
+
+
+def lr_factor(r: Recipe, step: int) -> float:
+    """The learning rate of step ``step`` (0-based) as a fraction of ``r.lr``."""
+    warm = max(1, r.lr_warmup)
+    if step + 1 < warm:
+        return (step + 1) / warm
+    if r.lr_decay == "constant":
+        return 1.0
+    span = max(1, r.steps - warm)
+    frac = min(1.0, (step + 1 - warm) / span)
+    return 0.1 + 0.45 * (1.0 + math.cos(math.pi * frac))

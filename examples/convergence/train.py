@@ -125,6 +125,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None,
                    help="dense steps before a compressed method starts (default: 5%% "
                         "of the steps, at least 2: DDP rebuilds its buckets after step 1)")
+    p.add_argument("--lr-decay", choices=["recipe", "constant", "cosine"], default="recipe",
+                   help="learning-rate schedule after the warm-up (default: the recipe's); "
+                        "cosine decays to a tenth of lr at the last step")
     p.add_argument("--tag", default="", help="suffix of the output file (TASK-TAG.json)")
     p.add_argument("--nproc", type=int, default=4)
     p.add_argument("--net", default=None, help="link rate, e.g. 1gbit: run in namespaces")
@@ -271,6 +274,8 @@ def rank_main(args: argparse.Namespace) -> int:
     gloo = dist.new_group(backend="gloo")
     torch.set_num_threads(1)
     task = TASKS[args.task](args.steps)
+    if args.lr_decay != "recipe":
+        task.recipe.lr_decay = args.lr_decay
     methods = args.methods.split(",") if args.methods else \
         default_methods(args.density_list, task.recipe.optimizer != "adamw")
     numel = sum(p.numel() for p in task.build().parameters())
