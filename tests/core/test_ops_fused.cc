@@ -46,12 +46,13 @@ std::vector<float> fused_input(size_t n, uint64_t seed) {
 TEST(OpsFused, AccumulateSelectMatchesTheContract) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17},
                    size_t{1000}, size_t{65537}}) {
-    for (float thr : {0.5f, 2.0f, 3.5f, INFINITY}) {
+    for (float thr : {0.0f, 0.5f, 2.0f, 3.5f, INFINITY, NAN}) {
       std::vector<float> r = normal(n, 7 + n);
       if (n > 50) r[11] = FLT_MAX;
       const std::vector<float> g = fused_input(n, 9 + n);
       const FusedRef want = fused_reference(r, g, thr);
-      for (size_t cap : {size_t{0}, want.idx.size(), want.idx.size() + 5}) {
+      for (size_t cap : {size_t{0}, want.idx.size() / 2, want.idx.size(),
+                         want.idx.size() + 5}) {
         std::vector<float> got_r = r;
         std::vector<int32_t> idx(cap + 1, -7);
         std::vector<float> val(cap + 1, -7.0f);

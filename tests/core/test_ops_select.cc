@@ -364,6 +364,20 @@ TEST(OpsCpuSelectPairs, MatchesLoopAndFiltersInPlace) {
       vv.resize(count);
       EXPECT_EQ(ii, want.idx);
       EXPECT_TRUE(same_bits(vv, want.val));
+      // A capacity below the count: the first cap pairs, nothing past it.
+      const size_t cap = want.idx.size() / 2;
+      std::vector<int32_t> ic(cap + 1, -7);
+      std::vector<float> vc(cap + 1, -7.0f);
+      ASSERT_EQ(
+          ops()->select_pairs(ops(), idx.data(), val.data(), idx.size(), thr,
+                              quota, ic.data(), vc.data(), cap, &count),
+          cap < want.idx.size() ? PGS_ERR_OVERFLOW : PGS_OK);
+      EXPECT_EQ(count, static_cast<int64_t>(want.idx.size()));
+      EXPECT_EQ(ic[cap], -7) << "wrote past the capacity";
+      EXPECT_EQ(vc[cap], -7.0f) << "wrote past the capacity";
+      ic.resize(cap);
+      EXPECT_EQ(ic,
+                std::vector<int32_t>(want.idx.begin(), want.idx.begin() + cap));
     }
   }
 }

@@ -33,8 +33,18 @@ static inline int pgs_cpu_finite(float x) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     defined(__linux__) && !defined(__SANITIZE_THREAD__)
 #define PGS_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+/* Kernels whose AVX2 form needs intrinsics (a pick mask packed by a
+ * permutation) are written twice and chosen at run time, under the same
+ * condition; elsewhere the portable form runs alone. */
+#define PGS_CPU_AVX2 1
 #else
 #define PGS_CPU_CLONES
+#endif
+
+#ifdef PGS_CPU_AVX2
+/* Lane numbers of the set bits of an 8-bit mask, packed low to high, one
+ * byte each: the permutation that moves a vector's picks to its front. */
+extern const uint64_t pgs_cpu_pack_lanes[256];
 #endif
 
 /* Selection kernels of cpu_select.c; signatures are those of pgs_ops_t. */

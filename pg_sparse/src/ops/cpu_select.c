@@ -10,6 +10,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#ifdef PGS_CPU_AVX2
+#include <immintrin.h>
+#endif
+
 /* ---- radix histograms ---------------------------------------------------- */
 
 /* Which entries one radix level looks at and where it bins them. */
@@ -345,6 +349,61 @@ int pgs_cpu_compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
   return selected(cnt, cap, count_host);
 }
 
+/* Pairs [j, m) through the selector, one at a time, appended at *cnt. */
+static void select_pairs_from(const int32_t *idx, const float *val, size_t j,
+                              size_t m, selector_t *sel, int32_t *idx_out,
+                              float *val_out, size_t cap, size_t *cnt) {
+  /* In-place safe: the pair is read before the write, and *cnt <= j. */
+  for (; j < m; ++j) {
+    int32_t i = idx[j];
+    float v = val[j];
+    if (!selector_take(sel, v)) continue;
+    if (*cnt < cap) {
+      idx_out[*cnt] = i;
+      val_out[*cnt] = v;
+    }
+    ++*cnt;
+  }
+}
+
+#ifdef PGS_CPU_AVX2
+/* Eight pairs at a time while a whole vector fits below the capacity: the
+ * picks' mask packs both halves with one permutation. A vector holding a
+ * tie (|v| == thr) goes through the selector, which keeps the tie quota in
+ * index order. Float compares, as the selector's (NaN never picked).
+ * In-place safe: the 8 slots written start at *cnt <= j and end before the
+ * pairs not yet read. */
+__attribute__((target("avx2"))) static size_t select_pairs_avx2(
+    const int32_t *idx, const float *val, size_t m, selector_t *sel,
+    int32_t *idx_out, float *val_out, size_t cap, size_t *cnt) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 thr = _mm256_set1_ps(sel->thr);
+  const __m256 zero = _mm256_setzero_ps();
+  size_t j = 0;
+  for (; j + 8 <= m && *cnt + 8 <= cap; j += 8) {
+    const __m256 v = _mm256_loadu_ps(val + j);
+    const __m256 a = _mm256_andnot_ps(sign, v);
+    const __m256 nz = _mm256_cmp_ps(v, zero, _CMP_NEQ_OQ);
+    const int tie = _mm256_movemask_ps(
+        _mm256_and_ps(nz, _mm256_cmp_ps(a, thr, _CMP_EQ_OQ)));
+    if (tie != 0) {
+      select_pairs_from(idx, val, j, j + 8, sel, idx_out, val_out, cap, cnt);
+      continue;
+    }
+    const unsigned pick = (unsigned)_mm256_movemask_ps(
+        _mm256_and_ps(nz, _mm256_cmp_ps(a, thr, _CMP_GT_OQ)));
+    const __m256i perm = _mm256_cvtepu8_epi32(
+        _mm_cvtsi64_si128((long long)pgs_cpu_pack_lanes[pick]));
+    const __m256i iv = _mm256_loadu_si256((const __m256i *)(idx + j));
+    _mm256_storeu_si256((__m256i *)(idx_out + *cnt),
+                        _mm256_permutevar8x32_epi32(iv, perm));
+    _mm256_storeu_ps(val_out + *cnt, _mm256_permutevar8x32_ps(v, perm));
+    *cnt += (size_t)__builtin_popcount(pick);
+  }
+  return j;
+}
+#endif
+
 int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
                          const float *val, size_t m, float thr,
                          int64_t eq_quota, int32_t *idx_out, float *val_out,
@@ -353,17 +412,11 @@ int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
   if ((idx == NULL || val == NULL) && m > 0) return PGS_ERR_INVALID;
   if ((idx_out == NULL || val_out == NULL) && cap > 0) return PGS_ERR_INVALID;
   selector_t sel = selector_make(thr, eq_quota);
-  size_t cnt = 0;
-  /* In-place safe: the pair is read before the write, and cnt <= j. */
-  for (size_t j = 0; j < m; ++j) {
-    int32_t i = idx[j];
-    float v = val[j];
-    if (!selector_take(&sel, v)) continue;
-    if (cnt < cap) {
-      idx_out[cnt] = i;
-      val_out[cnt] = v;
-    }
-    ++cnt;
-  }
+  size_t cnt = 0, j = 0;
+#ifdef PGS_CPU_AVX2
+  if (__builtin_cpu_supports("avx2"))
+    j = select_pairs_avx2(idx, val, m, &sel, idx_out, val_out, cap, &cnt);
+#endif
+  select_pairs_from(idx, val, j, m, &sel, idx_out, val_out, cap, &cnt);
   return selected(cnt, cap, count_host);
 }
