@@ -173,6 +173,7 @@ void SparseBackend::worker_loop() {
       running_title_ = task.title;
       running_since_ = std::chrono::steady_clock::now();
       running_timeout_ = task.timeout;
+      running_dev_ = task.dev;
     }
     std::exception_ptr error;
     try {
@@ -190,6 +191,7 @@ void SparseBackend::worker_loop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       running_.reset();
+      running_dev_.reset();
       push_done(Done{task.work, error});
     }
   }
@@ -217,9 +219,11 @@ void SparseBackend::watchdog_loop() {
                " ms on rank " + std::to_string(rank_) +
                " (a peer died, stalled or called a different collective); "
                "the process group is no longer usable");
-      // End the stuck call where the transport can (MPI): the worker then
-      // returns and can be joined instead of left behind.
+      // End the stuck call where the transport can (MPI, NCCL): the worker
+      // then returns and can be joined instead of left behind.
       aborted_ = comm_ && pgs_comm_abort(comm_.get()) == PGS_OK;
+      if (running_dev_ && running_dev_->abort && running_dev_->abort())
+        aborted_ = true;
     }
   }
 }

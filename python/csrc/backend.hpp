@@ -203,6 +203,7 @@ class SparseBackend : public c10d::Backend {
   const char* running_title_ = "";
   std::chrono::steady_clock::time_point running_since_;
   std::chrono::milliseconds running_timeout_{0};
+  std::shared_ptr<DeviceHooks> running_dev_;
   bool stop_ = false;
   bool worker_done_ = false;  // the worker drained its queue and returned
   bool pool_closed_ = false;  // shutdown is joining the completers

@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -59,6 +60,12 @@ class CudaSide {
     return ops_;
   }
   int device() const { return device_; }
+  // Ends a call stuck on this side's transport (any thread). Never creates
+  // the transport: before it exists there is nothing to end.
+  bool abort() {
+    pgs_comm_t* c = ready_.load(std::memory_order_acquire);
+    return c != nullptr && pgs_comm_abort(c) == PGS_OK;
+  }
   const std::string& kind() const { return kind_; }
   c10::cuda::CUDAStream stream() const { return stream_; }
 
@@ -72,6 +79,7 @@ class CudaSide {
       init_nccl();
     else
       init_mpi(kind_ == "mpi" && mpi_cuda_aware());
+    ready_.store(comm_.get(), std::memory_order_release);
   }
 
   // Open MPI for device buffers: directly when it is CUDA-aware (the stream
@@ -110,6 +118,7 @@ class CudaSide {
   std::once_flag once_;
   pgs_ops_t* ops_ = nullptr;
   CommHandle comm_;
+  std::atomic<pgs_comm_t*> ready_{nullptr};  // comm_ once init() is done
 };
 
 std::shared_ptr<CudaSide> cuda_side_create(
@@ -144,6 +153,11 @@ std::shared_ptr<DeviceHooks> cuda_prepare(
   hooks->record_done = [done, comm_stream] { done->record(comm_stream); };
   hooks->block_current = [done, dev] {
     done->block(c10::cuda::getCurrentCUDAStream(dev));
+  };
+  std::weak_ptr<CudaSide> weak = side;
+  hooks->abort = [weak] {
+    auto s = weak.lock();
+    return s != nullptr && s->abort();
   };
   return hooks;
 }

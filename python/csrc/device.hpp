@@ -20,6 +20,9 @@ struct DeviceHooks {
   std::function<void()> record_done;
   // Makes the caller's current stream wait for the task (Work::synchronize).
   std::function<void()> block_current;
+  // Ends whatever this device's transport is stuck in (any thread; no-op
+  // before the transport exists). True if it could.
+  std::function<bool()> abort;
 };
 
 }  // namespace pg_sparse

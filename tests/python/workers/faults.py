@@ -7,6 +7,10 @@ waits in ``recv`` from the victim. The victim (the last rank) announces its
 death in a file, then kills itself; each survivor records whether its call
 raised, how long after the death, and the message.
 
+``--device cuda``: one GPU per rank (LOCAL_RANK), the model, the hook's
+buckets and the tensors on it, so the survivors are inside the CUDA path
+(NCCL, or Open MPI where PG_SPARSE_CUDA_TRANSPORT says) when the victim dies.
+
 ``--mode cut``: nobody dies; every rank writes ``ready<R>`` and keeps
 running hook steps until one raises, while the test cuts a link between
 network namespaces and writes the time into ``died``.
@@ -30,13 +34,19 @@ def main() -> None:
     args = parse_args(lambda p: (p.add_argument("--timeout-s", type=float, default=10.0),
                                  p.add_argument("--mode", default="allreduce",
                                                 choices=("allreduce", "hook", "p2p",
-                                                         "cut"))))
+                                                         "cut")),
+                                 p.add_argument("--device", default="cpu",
+                                                choices=("cpu", "cuda"))))
     import torch
     import torch.distributed as dist
 
     import pg_sparse
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dev = torch.device("cpu")
+    if args.device == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(dev)
     out = Path(args.out)
     file_barrier(out, "arrived", rank, world_size)
     dist.init_process_group("sparse", timeout=timedelta(seconds=args.timeout_s))
@@ -44,11 +54,11 @@ def main() -> None:
     rec.info["transport"] = pg_sparse._C._transport_of(
         dist.group.WORLD._get_backend(torch.device("cpu")))
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64).to(dev))
     model.register_comm_hook(pg_sparse.SparseState(density=0.1), pg_sparse.hooks.oktopk_hook)
     for _ in range(3):  # healthy steps first: the hook's buckets are built
-        model(torch.randn(4, 64)).sum().backward()
-    t = torch.ones(8)
+        model(torch.randn(4, 64, device=dev)).sum().backward()
+    t = torch.ones(8, device=dev)
     dist.all_reduce(t)
     rec.record("healthy_before", t[0].item() == world_size, f"sum {t[0].item()}")
     victim = world_size - 1
@@ -64,18 +74,30 @@ def main() -> None:
         if args.mode == "cut":
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                model(torch.randn(4, 64)).sum().backward()
+                model(torch.randn(4, 64, device=dev)).sum().backward()
                 time.sleep(0.05)
         elif args.mode == "allreduce":
-            dist.all_reduce(torch.ones(1 << 16))
+            t = torch.ones(1 << 16, device=dev)
+            dist.all_reduce(t)
+            if dev.type == "cuda":
+                # A CUDA collective ends on its stream: this waits until the
+                # watchdog aborts the stuck kernels, and the next call raises.
+                t.cpu()
+                dist.all_reduce(torch.ones(1, device=dev))
         elif args.mode == "hook":
-            model(torch.randn(4, 64)).sum().backward()
+            model(torch.randn(4, 64, device=dev)).sum().backward()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
         else:
             if rank == 0:
-                dist.recv(torch.zeros(16), src=victim)
+                dist.recv(torch.zeros(16, device=dev), src=victim)
             else:
-                dist.all_reduce(torch.ones(4))
+                dist.all_reduce(torch.ones(4, device=dev))
 
+    if dev.type == "cuda":
+        import faulthandler  # where a survivor waits, if it waits too long
+
+        faulthandler.dump_traceback_later(args.timeout_s + 15, exit=False)
     t0 = time.monotonic()
     try:
         call()
