@@ -14,6 +14,7 @@
 #   bash tests/run_gpu_tests.sh hook      what each hook adds to a DDP step, 1 GPU
 #   bash tests/run_gpu_tests.sh ext       build the extension in place (python does)
 #   bash tests/run_gpu_tests.sh p2p       send/recv of CUDA tensors vs NCCL, 2 GPUs
+#   bash tests/run_gpu_tests.sh faults    a rank killed mid-job on the GPU path, 2 GPUs
 # With no argument: build kernels algos python. Logs go to $OUT (or build-gpu/logs).
 set -uo pipefail
 
@@ -105,6 +106,14 @@ step_allreduce() {
   mpirun --oversubscribe -np "${NGPU:-2}" -x NCCL_NVLS_ENABLE \
     "$build/cuda/pgs_allreduce_bench" "${BENCH_N:-27500000}" \
     "${BENCH_DENSITY:-0.01}" 20 2>&1 | tee "$logs/allreduce_bench.txt"
+}
+
+# A rank SIGKILLed in a hook step, a send/recv or an all_reduce on CUDA
+# tensors: the survivor raises, nothing is left (after `ext`; 2 GPUs).
+step_faults() {
+  PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_faults.py" \
+    -k cuda -q 2>&1 | tee "$logs/pytest_faults.log" | tail -5
+  return "${PIPESTATUS[0]}"
 }
 
 # Point-to-point of CUDA tensors vs an NCCL group (after `ext`).
