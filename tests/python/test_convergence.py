@@ -38,3 +38,26 @@ def test_gap_to_dense(jobs, task, method):
 @pytest.mark.parametrize("task", CASES)
 def test_job_ends_cleanly(jobs, task):
     job_of(jobs, task).assert_clean_exit()
+
+
+def test_cosine_schedule_warms_up_then_ends_at_a_tenth():
+    """``--lr-decay cosine``: the linear warm-up, then down to lr/10 at the
+    last step, never rising; the recipe's constant rate stays at lr."""
+    import math
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "convergence"))
+    from tasks import Recipe, lr_factor
+
+    const = Recipe("adamw", lr=3e-3, batch=12, steps=2400, eval_every=24, lr_warmup=20)
+    cos = replace(const, lr_decay="cosine")
+    assert lr_factor(cos, 0) == pytest.approx(1 / 20)
+    assert lr_factor(cos, 18) == pytest.approx(19 / 20)
+    assert lr_factor(cos, 19) == pytest.approx(1.0)
+    assert lr_factor(cos, 2399) == pytest.approx(0.1)
+    assert lr_factor(cos, 1209) == pytest.approx(0.55, abs=1e-3)  # halfway
+    f = [lr_factor(cos, s) for s in range(19, 2400)]
+    assert all(a >= b for a, b in zip(f, f[1:]))
+    assert all(math.isclose(lr_factor(const, s), 1.0) for s in range(19, 2400, 97))
