@@ -349,6 +349,11 @@ TEST(OpsCpuSelectPairs, MatchesLoopAndFiltersInPlace) {
                               quota, io.data(), vo.data(), io.size(), &count),
           PGS_OK);
       ASSERT_EQ(count, static_cast<int64_t>(want.idx.size()));
+      // Nothing is written past the count (the device table agrees).
+      for (size_t j = static_cast<size_t>(count); j < io.size(); ++j) {
+        ASSERT_EQ(io[j], -1) << "slot " << j << " past the count";
+        ASSERT_EQ(vo[j], -1.0f) << "slot " << j << " past the count";
+      }
       io.resize(count);
       vo.resize(count);
       EXPECT_EQ(io, want.idx);

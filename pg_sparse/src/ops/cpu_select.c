@@ -368,17 +368,19 @@ static void select_pairs_from(const int32_t *idx, const float *val, size_t j,
 
 #ifdef PGS_CPU_AVX2
 /* Eight pairs at a time while a whole vector fits below the capacity: the
- * picks' mask packs both halves with one permutation. A vector holding a
- * tie (|v| == thr) goes through the selector, which keeps the tie quota in
- * index order. Float compares, as the selector's (NaN never picked).
- * In-place safe: the 8 slots written start at *cnt <= j and end before the
- * pairs not yet read. */
+ * picks' mask packs both halves with one permutation, and a masked store
+ * writes only the picks (slots past the count stay as they were, as the
+ * device table leaves them). A vector holding a tie (|v| == thr) goes
+ * through the selector, which keeps the tie quota in index order. Float
+ * compares, as the selector's (NaN never picked). In-place safe: the slots
+ * written start at *cnt <= j and end before the pairs not yet read. */
 __attribute__((target("avx2"))) static size_t select_pairs_avx2(
     const int32_t *idx, const float *val, size_t m, selector_t *sel,
     int32_t *idx_out, float *val_out, size_t cap, size_t *cnt) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 thr = _mm256_set1_ps(sel->thr);
   const __m256 zero = _mm256_setzero_ps();
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   size_t j = 0;
   for (; j + 8 <= m && *cnt + 8 <= cap; j += 8) {
     const __m256 v = _mm256_loadu_ps(val + j);
@@ -394,11 +396,14 @@ __attribute__((target("avx2"))) static size_t select_pairs_avx2(
         _mm256_and_ps(nz, _mm256_cmp_ps(a, thr, _CMP_GT_OQ)));
     const __m256i perm = _mm256_cvtepu8_epi32(
         _mm_cvtsi64_si128((long long)pgs_cpu_pack_lanes[pick]));
+    const int picks = __builtin_popcount(pick);
+    const __m256i first = _mm256_cmpgt_epi32(_mm256_set1_epi32(picks), lanes);
     const __m256i iv = _mm256_loadu_si256((const __m256i *)(idx + j));
-    _mm256_storeu_si256((__m256i *)(idx_out + *cnt),
-                        _mm256_permutevar8x32_epi32(iv, perm));
-    _mm256_storeu_ps(val_out + *cnt, _mm256_permutevar8x32_ps(v, perm));
-    *cnt += (size_t)__builtin_popcount(pick);
+    _mm256_maskstore_epi32((int *)(idx_out + *cnt), first,
+                           _mm256_permutevar8x32_epi32(iv, perm));
+    _mm256_maskstore_ps(val_out + *cnt, first,
+                        _mm256_permutevar8x32_ps(v, perm));
+    *cnt += (size_t)picks;
   }
   return j;
 }
