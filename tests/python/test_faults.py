@@ -39,20 +39,27 @@ def test_job_ends_and_nothing_is_left(jobs, launcher, mode):
     assert not job.leftover, f"left running: {job.leftover}" + job.log()
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("launcher", ("torchrun", "mpirun"))
-def test_survivors_raise_clearly(jobs, launcher, mode):
-    job = job_of(jobs, launcher, mode)
-    survivors = [0, 1]
+# What a survivor's error may say about a dead peer.
+ERROR_WORDS = ("timed out", "closed by peer", "died", "connection")
+
+
+def assert_raised_clearly(job, survivors, words=ERROR_WORDS):
+    """Every survivor was healthy, then raised an error naming the death
+    within the process group's timeout plus 30 s."""
     job.check("healthy_before", survivors)
     job.check("raises", survivors)
     for r in survivors:
         detail = job.rank(r)["checks"]["raises"]["detail"]
         error = job.info(r)["error"]
-        words = ("timed out", "closed by peer", "died", "connection")
         assert any(w in error.lower() for w in words), error + job.log()
         seconds_after = float(detail.split("(")[1].split(" s after")[0])
         assert seconds_after < TIMEOUT_S + 30, detail
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("launcher", ("torchrun", "mpirun"))
+def test_survivors_raise_clearly(jobs, launcher, mode):
+    assert_raised_clearly(job_of(jobs, launcher, mode), [0, 1])
 
 
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -91,11 +98,4 @@ def test_cuda_survivor_raises_and_nothing_is_left(jobs, config, mode):
                    env={"NCCL_NVLS_ENABLE": "0", **env})
     assert not job.timed_out, "the job hung" + job.log()
     assert not job.leftover, f"left running: {job.leftover}" + job.log()
-    job.check("healthy_before", [0])
-    job.check("raises", [0])
-    detail = job.rank(0)["checks"]["raises"]["detail"]
-    error = job.info(0)["error"]
-    words = ("timed out", "closed by peer", "died", "connection", "abort")
-    assert any(w in error.lower() for w in words), error + job.log()
-    seconds_after = float(detail.split("(")[1].split(" s after")[0])
-    assert seconds_after < TIMEOUT_S + 30, detail
+    assert_raised_clearly(job, [0], ERROR_WORDS + ("abort",))
