@@ -31,6 +31,7 @@ typedef struct staged_comm {
   pgs_comm_t *host; /* the inner transport (device memory when direct) */
   cudaStream_t stream;
   int direct;   /* CUDA-aware inner transport: synchronise, no copies */
+  int device;   /* point-to-point: the stream's device */
   pinned_t buf; /* collectives */
   staged_slot_t slot[PGS_COMM_SLOTS];
 } staged_comm_t;
@@ -242,6 +243,160 @@ static const pgs_comm_vtable_t staged_vtable = {
     .destroy = destroy,
     .abort = abort_inner,
 };
+
+/* --- point-to-point: the user's messages of CUDA tensors over the host
+ * transport's, one pinned buffer per message (they are few and large) --- */
+
+typedef struct staged_req {
+  pgs_request_t *inner;
+  char *pinned; /* NULL in direct mode */
+  void *dst;    /* a receive's device buffer */
+  size_t bytes;
+  int is_send;
+  cudaEvent_t moved; /* a staged receive's copy back, once queued */
+} staged_req_t;
+
+static void req_free(staged_req_t *r) {
+  pgs_request_free(r->inner);
+  if (r->moved != NULL) {
+    /* The copy back reads the pinned buffer: it must be over first (a
+     * local wait on a copy, never on a peer). */
+    (void)cudaEventSynchronize(r->moved);
+    (void)cudaEventDestroy(r->moved);
+  }
+  if (r->pinned != NULL) (void)cudaFreeHost(r->pinned);
+  free(r);
+}
+
+/* Staged, a send copies its data out once @p after has fired; direct, MPI
+ * reads device memory the moment it is called, so the stream is drained. A
+ * receive's stream waits for @p after before its copy back is queued. */
+static int p2p_post_on(staged_comm_t *c, staged_req_t *r, int peer, int tag,
+                       cudaEvent_t after) {
+  if (after != NULL) CUDA_TRY(cudaStreamWaitEvent(c->stream, after, 0));
+  if (!c->direct && r->bytes > 0)
+    CUDA_TRY(cudaMallocHost((void **)&r->pinned, r->bytes));
+  void *wire = c->direct ? r->dst : r->pinned;
+  int st = PGS_OK;
+  if (r->is_send && !c->direct) st = to_host(c, wire, r->dst, r->bytes);
+  if (st == PGS_OK && (r->is_send || c->direct)) st = sync(c);
+  if (st != PGS_OK) return st;
+  return r->is_send ? pgs_comm_isend(c->host, wire, r->bytes, peer, tag, NULL,
+                                     &r->inner)
+                    : pgs_comm_irecv(c->host, wire, r->bytes, peer, tag, NULL,
+                                     &r->inner);
+}
+
+static int p2p_post(staged_comm_t *c, void *buf, size_t bytes, int peer,
+                    int tag, cudaEvent_t after, int is_send, void **out) {
+  staged_req_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) return PGS_ERR_NO_MEMORY;
+  r->dst = buf;
+  r->bytes = bytes;
+  r->is_send = is_send;
+  pgs_dev_scope_t scope;
+  int st = pgs_dev_enter(c->device, &scope);
+  if (st == PGS_OK) {
+    st = p2p_post_on(c, r, peer, tag, after);
+    if (st != PGS_OK) req_free(r);
+    pgs_dev_leave(&scope);
+  } else {
+    free(r);
+  }
+  if (st == PGS_OK) *out = r;
+  return st;
+}
+
+static int p2p_isend(void *impl, const void *buf, size_t bytes, int peer,
+                     int tag, void *after, void **req) {
+  return p2p_post(impl, (void *)buf, bytes, peer, tag, after, 1, req);
+}
+
+static int p2p_irecv(void *impl, void *buf, size_t bytes, int peer, int tag,
+                     void *after, void **req) {
+  return p2p_post(impl, buf, bytes, peer, tag, after, 0, req);
+}
+
+/* A staged receive is done once its copy back has run on the stream. */
+static int p2p_progress(staged_comm_t *c, staged_req_t *r, int *done) {
+  if (r->moved == NULL) {
+    int host_done = 0;
+    int st = pgs_request_test(r->inner, &host_done);
+    if (st != PGS_OK || !host_done) return st;
+    if (r->is_send || r->pinned == NULL) {
+      *done = 1;
+      return PGS_OK;
+    }
+    CUDA_TRY(cudaEventCreateWithFlags(&r->moved, cudaEventDisableTiming));
+    st = to_device(c, r->dst, r->pinned, r->bytes);
+    if (st != PGS_OK) return st;
+    CUDA_TRY(cudaEventRecord(r->moved, c->stream));
+  }
+  cudaError_t e = cudaEventQuery(r->moved);
+  if (e == cudaSuccess) *done = 1;
+  return e == cudaSuccess || e == cudaErrorNotReady ? PGS_OK : PGS_ERR_DEVICE;
+}
+
+static int p2p_test(void *impl, void *req, int *done) {
+  staged_comm_t *c = impl;
+  *done = 0;
+  pgs_dev_scope_t scope;
+  int st = pgs_dev_enter(c->device, &scope);
+  if (st != PGS_OK) return st;
+  st = p2p_progress(c, req, done);
+  pgs_dev_leave(&scope);
+  return st;
+}
+
+static void p2p_cancel(void *impl, void *req) {
+  staged_comm_t *c = impl;
+  pgs_dev_scope_t scope;
+  const int entered = pgs_dev_enter(c->device, &scope) == PGS_OK;
+  req_free(req);
+  if (entered) pgs_dev_leave(&scope);
+}
+
+/* Borrowed inner transport (the point-to-point one is shared with host
+ * tensors): only the staging state is ours. */
+static void p2p_destroy(void *impl) {
+  staged_comm_t *c = impl;
+  free(c);
+}
+
+/* test() never waits, so nothing is in progress to interrupt: the
+ * communicator's aborted flag makes the next test withdraw each request,
+ * and the shared host transport stays usable for host tensors. */
+static int p2p_abort(void *impl) {
+  (void)impl;
+  return PGS_OK;
+}
+
+static const pgs_comm_vtable_t staged_p2p_vtable = {
+    .destroy = p2p_destroy,
+    .abort = p2p_abort,
+    .isend = p2p_isend,
+    .irecv = p2p_irecv,
+    .test = p2p_test,
+    .cancel = p2p_cancel,
+};
+
+int pgs_comm_staged_p2p_create(pgs_comm_t *host_p2p, cudaStream_t stream,
+                               int direct, pgs_comm_t **out) {
+  if (out == NULL) return PGS_ERR_INVALID;
+  *out = NULL;
+  if (host_p2p == NULL) return PGS_ERR_INVALID;
+  staged_comm_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) return PGS_ERR_NO_MEMORY;
+  if (cudaGetDevice(&c->device) != cudaSuccess) {
+    free(c);
+    return PGS_ERR_DEVICE;
+  }
+  c->host = host_p2p;
+  c->stream = stream;
+  c->direct = direct != 0;
+  return pgs_comm_create(&staged_p2p_vtable, c, pgs_comm_rank(host_p2p),
+                         pgs_comm_size(host_p2p), PGS_MEM_DEVICE, out);
+}
 
 static int wrap(pgs_comm_t *inner, pgs_mem_t inner_mem, cudaStream_t stream,
                 int direct, pgs_comm_t **out) {

@@ -16,4 +16,23 @@
     }                                                                        \
   } while (0)
 
+/* Makes @p device current for a call that may come from any thread (the
+ * shim's progress thread, or a caller on another device) and puts the
+ * caller's back afterwards. */
+typedef struct pgs_dev_scope {
+  int saved;
+  int device;
+} pgs_dev_scope_t;
+
+static inline int pgs_dev_enter(int device, pgs_dev_scope_t *s) {
+  s->device = device;
+  CUDA_TRY(cudaGetDevice(&s->saved));
+  if (s->saved != device) CUDA_TRY(cudaSetDevice(device));
+  return PGS_OK;
+}
+
+static inline void pgs_dev_leave(const pgs_dev_scope_t *s) {
+  if (s->saved != s->device) (void)cudaSetDevice(s->saved);
+}
+
 #endif /* PGS_CUDA_COMM_CHECK_H */

@@ -1,6 +1,6 @@
 /* A one-direction NCCL pair for the user's point-to-point messages (see
  * nccl_pair.h for why it is non-blocking and one-way). */
-#include "pg_sparse/nccl_pair.h"
+#include "nccl_pair.h"
 
 #include <stdlib.h>
 #include <string.h>

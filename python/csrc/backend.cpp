@@ -49,15 +49,19 @@ constexpr size_t kMaxCompleters = 64;
 }  // namespace
 
 SparseBackend::SparseBackend(int rank, int size, CommHandle comm,
-                             std::shared_ptr<PointToPoint> p2p,
-                             std::string transport,
+                             CommHandle p2p, std::string transport,
                              std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size),
       comm_(std::move(comm)),
-      p2p_(std::move(p2p)),
+      p2p_comm_(std::move(p2p)),
       transport_(std::move(transport)),
       timeout_(timeout) {
-  if (p2p_) p2p_->attach(deliverer(), timeout_);
+  p2p_ = std::make_unique<PointToPoint>(
+      rank, timeout_,
+      [this](c10::intrusive_ptr<SparseWork> work, std::exception_ptr error) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        push_done(Done{std::move(work), error});
+      });
   {
     std::lock_guard<std::mutex> lock(mutex_);
     idle_completers_ = 1;
@@ -69,13 +73,6 @@ SparseBackend::SparseBackend(int rank, int size, CommHandle comm,
 }
 
 SparseBackend::~SparseBackend() { shutdown(); }
-
-Deliver SparseBackend::deliverer() {
-  return [this](c10::intrusive_ptr<SparseWork> work, std::exception_ptr error) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    push_done(Done{std::move(work), error});
-  };
-}
 
 void SparseBackend::shutdown() {
   {
@@ -100,13 +97,8 @@ void SparseBackend::shutdown() {
   // A worker stuck in a transport call after a timeout can never be joined.
   if (worker_.joinable()) stuck ? worker_.detach() : worker_.join();
   if (watchdog_.joinable()) watchdog_.join();
-  if (p2p_) p2p_->shutdown();
-  std::shared_ptr<PointToPoint> cuda_p2p;
-  {
-    std::lock_guard<std::mutex> lock(cuda_mutex_);
-    cuda_p2p = cuda_p2p_;
-  }
-  if (cuda_p2p) cuda_p2p->shutdown();
+  // Every message still in flight is withdrawn; the channels outlive this.
+  p2p_->shutdown();
   std::vector<std::thread> pool;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -281,19 +273,30 @@ Route SparseBackend::route(const std::vector<at::Tensor>& tensors) {
 #endif
 }
 
-std::shared_ptr<PointToPoint> SparseBackend::p2p_for(const at::Tensor& t) {
-  if (!t.is_cuda()) return p2p_;
+c10::intrusive_ptr<c10d::Work> SparseBackend::post_p2p(at::Tensor t, int peer,
+                                                       int tag, bool is_send) {
+  Message m;
+  m.channel = p2p_comm_.get();
+  m.tensor = std::move(t);
+  m.peer = peer;
+  m.tag = tag;
+  m.is_send = is_send;
+  if (m.tensor.is_cuda()) {
 #ifdef PGS_SHIM_CUDA
-  std::shared_ptr<CudaSide> side = cuda_side(t.device().index());
-  std::lock_guard<std::mutex> lock(cuda_mutex_);
-  if (!cuda_p2p_) {
-    cuda_p2p_ = make_cuda_p2p(side, store_, rank_, p2p_, transport_);
-    cuda_p2p_->attach(deliverer(), timeout_);
-  }
-  return cuda_p2p_;
+    std::shared_ptr<CudaSide> side = cuda_side(m.tensor.device().index());
+    {
+      std::lock_guard<std::mutex> lock(cuda_mutex_);
+      if (!cuda_p2p_)
+        cuda_p2p_ =
+            make_cuda_p2p(side, store_, rank_, size_, p2p_comm_, transport_);
+      m.channel = cuda_p2p_.get();
+    }
+    cuda_p2p_prepare(*side, m);
 #else
-  TORCH_CHECK(false, "pg_sparse: this build has no CUDA support");
+    TORCH_CHECK(false, "pg_sparse: this build has no CUDA support");
 #endif
+  }
+  return p2p_->post(std::move(m));
 }
 
 std::shared_ptr<CudaSide> SparseBackend::cuda_side(int device) {
@@ -439,14 +442,12 @@ at::Tensor SparseBackend::check_p2p(std::vector<at::Tensor>& tensors, int peer,
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::send(
     std::vector<at::Tensor>& tensors, int dst, int tag) {
-  at::Tensor t = check_p2p(tensors, dst, tag, true);
-  return p2p_for(t)->send(t, dst, tag);
+  return post_p2p(check_p2p(tensors, dst, tag, true), dst, tag, true);
 }
 
 c10::intrusive_ptr<c10d::Work> SparseBackend::recv(
     std::vector<at::Tensor>& tensors, int src, int tag) {
-  at::Tensor t = check_p2p(tensors, src, tag, false);
-  return p2p_for(t)->recv(t, src, tag);
+  return post_p2p(check_p2p(tensors, src, tag, false), src, tag, false);
 }
 
 }  // namespace pg_sparse

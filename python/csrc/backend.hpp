@@ -11,9 +11,9 @@
 // instead of hanging.
 //
 // The user's point-to-point messages do not go through the worker: they are
-// posted at once by the transport's PointToPoint, since a ring of isend +
-// irecv would deadlock with each worker blocked in its send while the
-// matching receive waits in the peer's queue.
+// requests on point-to-point channels of their own (p2p.hpp), posted at
+// once, since a ring of isend + irecv would deadlock with each worker
+// blocked in its send while the matching receive waits in the peer's queue.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -35,6 +35,7 @@ extern "C" {
 }
 
 #include "device.hpp"
+#include "p2p.hpp"
 
 namespace pg_sparse {
 
@@ -73,29 +74,11 @@ struct Route {
   std::shared_ptr<DeviceHooks> dev;   // null for host tensors
 };
 
-// Completes a Work off the caller's thread (the backend's completion pool).
-using Deliver =
-    std::function<void(c10::intrusive_ptr<SparseWork>, std::exception_ptr)>;
-
-// dist.send/recv/isend/irecv of one process group, posted when called.
-class PointToPoint {
- public:
-  virtual ~PointToPoint() = default;
-  // Called once by the backend before any message: where finished Works go.
-  virtual void attach(Deliver deliver, std::chrono::milliseconds timeout) {}
-  virtual c10::intrusive_ptr<c10d::Work> send(at::Tensor& t, int dst,
-                                              int tag) = 0;
-  virtual c10::intrusive_ptr<c10d::Work> recv(at::Tensor& t, int src,
-                                              int tag) = 0;
-  // Stop delivering; messages still in flight fail their Work.
-  virtual void shutdown() {}
-};
-
 class SparseBackend : public c10d::Backend {
  public:
-  SparseBackend(int rank, int size, CommHandle comm,
-                std::shared_ptr<PointToPoint> p2p, std::string transport,
-                std::chrono::milliseconds timeout);
+  // @p p2p: the host channel of the user's messages (isend/irecv only).
+  SparseBackend(int rank, int size, CommHandle comm, CommHandle p2p,
+                std::string transport, std::chrono::milliseconds timeout);
   ~SparseBackend() override;
 
   const std::string getBackendName() const override { return "sparse"; }
@@ -158,17 +141,16 @@ class SparseBackend : public c10d::Backend {
                        bool is_send);
   // Throws once a timeout broke the backend or after shutdown (mutex_ held).
   void check_usable() const;
-  // Where the user's messages of @p t go: the host channel, or the CUDA
-  // side's (created on first use).
-  std::shared_ptr<PointToPoint> p2p_for(const at::Tensor& t);
-  // Completes a Work on the completion pool (point-to-point channels).
-  Deliver deliverer();
+  // The user's message of @p t: on the host channel, or the CUDA one
+  // (created on first use), with what a CUDA message carries.
+  c10::intrusive_ptr<c10d::Work> post_p2p(at::Tensor t, int peer, int tag,
+                                          bool is_send);
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<int64_t> global_ranks_;
   std::mutex cuda_mutex_;
   std::shared_ptr<CudaSide> cuda_;
-  std::shared_ptr<PointToPoint> cuda_p2p_;
+  CommHandle cuda_p2p_;
 
   struct Task {
     c10::intrusive_ptr<SparseWork> work;
@@ -190,7 +172,8 @@ class SparseBackend : public c10d::Backend {
   void fail_all(const std::string& why);  // with mutex_ held
 
   CommHandle comm_;
-  std::shared_ptr<PointToPoint> p2p_;
+  CommHandle p2p_comm_;
+  std::unique_ptr<PointToPoint> p2p_;
   std::string transport_;
   std::chrono::milliseconds timeout_;
 

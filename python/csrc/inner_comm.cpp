@@ -2,7 +2,10 @@
 // torchrun: Open MPI cannot join processes it did not launch).
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstring>
+#include <string>
+#include <thread>
 
 #include "status.hpp"
 #include "transports.hpp"
@@ -182,37 +185,85 @@ int barrier(void* impl) {
 
 void destroy(void* impl) { delete self(impl); }
 
-// The user's messages go straight to gloo, which posts them at once; its
-// Works are returned as they are (their wait() completes them).
-class InnerPointToPoint : public PointToPoint {
- public:
-  explicit InnerPointToPoint(c10::intrusive_ptr<c10d::Backend> inner)
-      : inner_(std::move(inner)) {}
-  c10::intrusive_ptr<c10d::Work> send(at::Tensor& t, int dst,
-                                      int tag) override {
-    std::vector<at::Tensor> v{t};
-    return inner_->send(v, dst, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recv(at::Tensor& t, int src,
-                                      int tag) override {
-    std::vector<at::Tensor> v{t};
-    return inner_->recv(v, src, tag);
-  }
+// --- the user's messages: gloo's send/recv, one request each -------------
 
- private:
-  c10::intrusive_ptr<c10d::Backend> inner_;
+// gloo's send and recv Works can only be waited for, never polled: each
+// request has a thread that waits and leaves the outcome for test(). User
+// messages are few and large, so a thread apiece costs little, and one
+// waiter per request lets every message finish on its own (a shared waiter
+// would keep a finished send unreported behind a receive still open).
+struct InnerRequest {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::thread waiter;
+  std::atomic<int> state{0};  // 0 in flight, 1 done, 2 failed
+  std::string error;          // set before state becomes 2
 };
+
+int p2p_post(void* impl, void* buf, size_t bytes, int peer, int tag,
+             bool is_send, void** req) {
+  InnerComm* c = self(impl);
+  auto* r = new InnerRequest;
+  int st = guarded([&] {
+    std::vector<at::Tensor> t{bytes_of(buf, bytes)};
+    r->work =
+        is_send ? c->inner->send(t, peer, tag) : c->inner->recv(t, peer, tag);
+  });
+  if (st != PGS_OK) {
+    delete r;
+    return st;
+  }
+  r->waiter = std::thread([r] {
+    try {
+      r->work->wait();
+      r->state = 1;
+    } catch (const std::exception& e) {
+      r->error = e.what();
+      r->state = 2;
+    }
+  });
+  *req = r;
+  return PGS_OK;
+}
+
+int p2p_isend(void* impl, const void* buf, size_t bytes, int peer, int tag,
+              void* /*after*/, void** req) {
+  return p2p_post(impl, const_cast<void*>(buf), bytes, peer, tag, true, req);
+}
+
+int p2p_irecv(void* impl, void* buf, size_t bytes, int peer, int tag,
+              void* /*after*/, void** req) {
+  return p2p_post(impl, buf, bytes, peer, tag, false, req);
+}
+
+int p2p_test(void*, void* req, int* done) {
+  auto* r = static_cast<InnerRequest*>(req);
+  const int state = r->state.load();
+  *done = state != 0;
+  if (state != 2) return PGS_OK;
+  last_transport_error() = r->error;
+  const bool timeout = r->error.find("imed out") != std::string::npos;
+  return timeout ? PGS_ERR_TIMEOUT : PGS_ERR_COMM;
+}
+
+// gloo's abort ends the wait of a message still in flight (a receive then
+// writes its buffer no more).
+void p2p_cancel(void*, void* req) {
+  auto* r = static_cast<InnerRequest*>(req);
+  if (r->state.load() == 0) {
+    try {
+      r->work->abort();
+    } catch (const std::exception&) {
+      // A Work without abort: the wait below ends with gloo's own timeout.
+    }
+  }
+  r->waiter.join();
+  delete r;
+}
 
 }  // namespace
 
 Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
                                int rank, int size) {
-  auto p2p = std::make_shared<InnerPointToPoint>(inner);
-  auto* c = new InnerComm;
-  c->inner = std::move(inner);
-  c->size = size;
-  c->send_seq.assign(size, 0);
-  c->recv_seq.assign(size, 0);
   static const pgs_comm_vtable_t vt = {
       .exchange_start = exchange_start,
       .exchange_wait = exchange_wait,
@@ -225,10 +276,28 @@ Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
       .barrier = barrier,
       .destroy = destroy,
   };
-  pgs_comm_t* comm = nullptr;
-  check(pgs_comm_create(&vt, c, rank, size, PGS_MEM_HOST, &comm),
-        "creating the gloo-backed transport");
-  return Transport{CommHandle(comm, pgs_comm_destroy), std::move(p2p)};
+  // The user's messages on a transport of their own over the same gloo
+  // backend: their tags stay below kTagBase, so they never match ours.
+  static const pgs_comm_vtable_t p2p_vt = {
+      .destroy = destroy,
+      .isend = p2p_isend,
+      .irecv = p2p_irecv,
+      .test = p2p_test,
+      .cancel = p2p_cancel,
+  };
+  auto make = [&](const pgs_comm_vtable_t& table, const char* what) {
+    auto* c = new InnerComm;
+    c->inner = inner;
+    c->size = size;
+    c->send_seq.assign(size, 0);
+    c->recv_seq.assign(size, 0);
+    pgs_comm_t* comm = nullptr;
+    check(pgs_comm_create(&table, c, rank, size, PGS_MEM_HOST, &comm), what);
+    return CommHandle(comm, pgs_comm_destroy);
+  };
+  CommHandle comm = make(vt, "creating the gloo-backed transport");
+  CommHandle p2p = make(p2p_vt, "creating the gloo-backed point-to-point");
+  return Transport{std::move(comm), std::move(p2p)};
 }
 
 }  // namespace pg_sparse

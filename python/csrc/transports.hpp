@@ -18,7 +18,7 @@ namespace pg_sparse {
 // other's messages).
 struct Transport {
   CommHandle comm;
-  std::shared_ptr<PointToPoint> p2p;
+  CommHandle p2p;  // isend/irecv only
 };
 
 // Transport over the collectives of @p inner (collective over the group).

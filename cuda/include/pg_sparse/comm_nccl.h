@@ -25,6 +25,24 @@ int pgs_nccl_make_id(void *id_out /* PGS_NCCL_ID_BYTES */);
 int pgs_comm_nccl_create(const void *id, int rank, int size,
                          cudaStream_t stream, pgs_comm_t **out);
 
+/** A key-value store the point-to-point transport bootstraps through (the
+ *  torch shim's c10d store). Both calls return a pgs_status_t. */
+typedef struct pgs_kv {
+  void *ctx;
+  int (*put)(void *ctx, const char *key, const void *val, size_t bytes);
+  /** Never waits: *found = 0 while @p key is not there yet. */
+  int (*get)(void *ctx, const char *key, void *val, size_t bytes, int *found);
+} pgs_kv_t;
+
+/** The user's point-to-point messages of CUDA tensors on @p device: a
+ *  transport with isend/irecv/test/cancel and no collectives, whose NCCL
+ *  communicators (one per peer and direction) are created on first use
+ *  through @p kv (copied; ctx must outlive the communicator). isend/irecv
+ *  need an `after` event. Not collective: creating it talks to no one.
+ *  Free every request before destroying it. */
+int pgs_comm_nccl_p2p_create(const pgs_kv_t *kv, int rank, int size, int device,
+                             pgs_comm_t **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,6 +25,14 @@ int pgs_comm_staged_create(pgs_comm_t *host_comm, cudaStream_t stream,
 int pgs_comm_synced_create(pgs_comm_t *device_comm, cudaStream_t stream,
                            pgs_comm_t **out);
 
+/** The user's point-to-point messages of CUDA tensors over @p host_p2p's
+ *  isend/irecv (borrowed: the caller destroys it after this one), staged
+ *  through pinned memory on @p stream of the current device, or handed over
+ *  as device pointers when @p direct (a CUDA-aware Open MPI). A transport
+ *  without collectives. */
+int pgs_comm_staged_p2p_create(pgs_comm_t *host_p2p, cudaStream_t stream,
+                               int direct, pgs_comm_t **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -82,6 +82,31 @@ typedef struct pgs_comm_vtable {
    *  PGS_ERR_ABORTED promptly instead of waiting for peers. Must not block
    *  and must be safe to call more than once. */
   int (*abort)(void *impl);
+
+  /* Point-to-point: the user's dist.send/recv. Optional: all four set, or
+   * none (PGS_ERR_UNSUPPORTED). A transport may also leave every collective
+   * above NULL and offer only these (NCCL's per-pair channels). */
+
+  /** Post one message of @p bytes to (isend) or from (irecv) @p peer with
+   *  @p tag (>= 0; messages of one pair and tag match in posting order) and
+   *  return at once with the transport's request in *req. The buffer stays
+   *  in use until test() reports the request finished or cancel() returns.
+   *  @p after: a device transport starts the message after this cudaEvent_t
+   *  (recorded on the stream that produced or last used the buffer); NULL
+   *  for none. Host transports ignore it. */
+  int (*isend)(void *impl, const void *buf, size_t bytes, int peer, int tag,
+               void *after, void **req);
+  int (*irecv)(void *impl, void *buf, size_t bytes, int peer, int tag,
+               void *after, void **req);
+  /** Never blocks. *done = 1 once the message has completed (device
+   *  transports: on the device too, so the buffer may be read or reused
+   *  from any stream). A failure returns its status and also finishes the
+   *  request. A finished request is released with cancel(). */
+  int (*test)(void *impl, void *req, int *done);
+  /** Release @p req. One not finished is withdrawn first: a receive writes
+   *  its buffer no more once this returns; a send may still be delivered
+   *  from a transport's copy, or dropped. Never blocks on a peer. */
+  void (*cancel)(void *impl, void *req);
 } pgs_comm_vtable_t;
 
 /** Bytes moved through one communicator since its creation, and the number
@@ -153,6 +178,32 @@ int pgs_comm_alltoall_host(pgs_comm_t *comm, const int64_t *send,
 int pgs_comm_allgather_host(pgs_comm_t *comm, const int64_t *send, size_t count,
                             int64_t *recv);
 int pgs_comm_barrier(pgs_comm_t *comm);
+
+/* Point-to-point requests (the user's messages). The calls of one
+ * communicator come from one thread at a time, as for collectives; the torch
+ * shim gives the user's messages a communicator of their own, so they never
+ * match an algorithm's and a progress thread can test them while the worker
+ * runs collectives. */
+
+typedef struct pgs_request pgs_request_t;
+
+/** Post a send of @p bytes to @p peer (not self) with @p tag >= 0; see the
+ *  vtable's isend for @p after. The exact bytes are counted once the request
+ *  completes. PGS_ERR_UNSUPPORTED when the transport has no point-to-point,
+ *  PGS_ERR_ABORTED after pgs_comm_abort(). */
+int pgs_comm_isend(pgs_comm_t *comm, const void *buf, size_t bytes, int peer,
+                   int tag, void *after, pgs_request_t **out);
+int pgs_comm_irecv(pgs_comm_t *comm, void *buf, size_t bytes, int peer, int tag,
+                   void *after, pgs_request_t **out);
+/** Progress @p req without blocking: *done = 1 once it has finished. Returns
+ *  the failure of a failed request (every later test returns it again);
+ *  after pgs_comm_abort() an unfinished request is withdrawn and fails with
+ *  PGS_ERR_ABORTED, so its buffer may go. */
+int pgs_request_test(pgs_request_t *req, int *done);
+/** Free @p req; one not finished is withdrawn first (see the vtable's
+ *  cancel): the caller may free a receive buffer once this returns. NULL is
+ *  a no-op. The communicator must still exist. */
+void pgs_request_free(pgs_request_t *req);
 
 #ifdef __cplusplus
 }

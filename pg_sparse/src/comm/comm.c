@@ -54,6 +54,21 @@ static int pgs_comm_check_msgs(const pgs_comm_t *comm, const pgs_msg_t *msgs,
   return PGS_OK;
 }
 
+/* A vtable has every collective or none (a point-to-point transport), and
+ * all four point-to-point functions or none; it offers at least one plane. */
+static int pgs_comm_vtable_complete(const pgs_comm_vtable_t *v) {
+  const int coll = (v->exchange_start != NULL) + (v->exchange_wait != NULL) +
+                   (v->allgatherv != NULL) + (v->allreduce != NULL) +
+                   (v->bcast != NULL) + (v->allreduce_host != NULL) +
+                   (v->alltoall_host != NULL) + (v->allgather_host != NULL) +
+                   (v->barrier != NULL);
+  const int p2p = (v->isend != NULL) + (v->irecv != NULL) + (v->test != NULL) +
+                  (v->cancel != NULL);
+  if (coll != 0 && coll != 9) return 0;
+  if (p2p != 0 && p2p != 4) return 0;
+  return coll + p2p > 0;
+}
+
 int pgs_comm_create(const pgs_comm_vtable_t *vtable, void *impl, int rank,
                     int size, pgs_mem_t mem, pgs_comm_t **out) {
   int status = PGS_ERR_INVALID;
@@ -64,12 +79,7 @@ int pgs_comm_create(const pgs_comm_vtable_t *vtable, void *impl, int rank,
   if (vtable == NULL) return PGS_ERR_INVALID;
   if (out == NULL) goto fail_args;
   *out = NULL;
-  if (vtable->exchange_start == NULL || vtable->exchange_wait == NULL ||
-      vtable->allgatherv == NULL || vtable->allreduce == NULL ||
-      vtable->bcast == NULL || vtable->allreduce_host == NULL ||
-      vtable->alltoall_host == NULL || vtable->allgather_host == NULL ||
-      vtable->barrier == NULL)
-    goto fail_args;
+  if (!pgs_comm_vtable_complete(vtable)) goto fail_args;
   if (size < 1 || rank < 0 || rank >= size) goto fail_args;
   if (mem != PGS_MEM_HOST && mem != PGS_MEM_DEVICE) goto fail_args;
 
@@ -118,9 +128,12 @@ static int settle(const pgs_comm_t *comm, int status) {
   return status != PGS_OK && pgs_comm_aborted(comm) ? PGS_ERR_ABORTED : status;
 }
 
-/* After an abort no call reaches the transport again. */
-#define PGS_COMM_LIVE(comm) \
-  if (atomic_load(&(comm)->aborted)) return PGS_ERR_ABORTED
+/* After an abort no call reaches the transport again, and a
+ * point-to-point transport has no collectives (the vtable is all or none,
+ * so one entry tells). */
+#define PGS_COMM_LIVE(comm)                                  \
+  if (atomic_load(&(comm)->aborted)) return PGS_ERR_ABORTED; \
+  if ((comm)->vt.barrier == NULL) return PGS_ERR_UNSUPPORTED
 
 /* The accessors tolerate NULL (rank -1, size 0, host, zero counters) so a
  * caller's error path never dereferences a communicator that failed to

@@ -9,6 +9,10 @@
  * MPI call goes through PGS_MPI_CHECK_GOTO, the one place where an MPI error
  * code becomes PGS_ERR_COMM (after its text is logged to stderr).
  *
+ * The user's messages (isend/irecv) are one MPI request each, with the
+ * user's tag, on the same duplicate: the torch shim gives them a
+ * communicator of their own, so they never meet the exchanges' tag.
+ *
  * Host memory only (PGS_MEM_HOST). Steady-state calls do not allocate: the
  * request arrays of the exchange slots and the int count arrays of
  * allgatherv are sized at creation and only grow when a larger batch than
@@ -457,6 +461,96 @@ static int pgs_mpi_abort(void *impl) {
   return PGS_OK;
 }
 
+/* --- point-to-point: one request per user message ---------------------- */
+
+typedef struct pgs_mpi_req {
+  MPI_Request req;
+  int is_recv;
+} pgs_mpi_req_t;
+
+/* Polls a cancelled receive this long for MPI to confirm before letting go
+ * of it: a receive already matched to a message in flight cannot be
+ * cancelled, and a dead sender would make MPI_Wait block for ever. */
+#define PGS_MPI_CANCEL_POLLS 10000
+
+/* Whether @p tag is one MPI accepts (the standard only promises 32767). */
+static int pgs_mpi_tag_ok(MPI_Comm comm, int tag) {
+  int *tag_ub = NULL, has_ub = 0;
+  if (MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &has_ub) != MPI_SUCCESS)
+    return 0;
+  return !has_ub || tag <= *tag_ub;
+}
+
+static int pgs_mpi_p2p(pgs_mpi_t *m, void *buf, size_t bytes, int peer, int tag,
+                       int is_recv, void **out) {
+  if (!pgs_mpi_tag_ok(m->comm, tag)) return PGS_ERR_INVALID;
+  int status = PGS_OK;
+  pgs_mpi_req_t *r = malloc(sizeof(*r));
+  if (r == NULL) return PGS_ERR_NO_MEMORY;
+  r->req = MPI_REQUEST_NULL;
+  r->is_recv = is_recv;
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  status = pgs_mpi_bytes_type(bytes, &count, &type);
+  if (status != PGS_OK) goto fail;
+  if (is_recv)
+    PGS_MPI_CHECK_GOTO(MPI_Irecv(buf, count, type, peer, tag, m->comm, &r->req),
+                       status, fail_type);
+  else
+    PGS_MPI_CHECK_GOTO(MPI_Isend(buf, count, type, peer, tag, m->comm, &r->req),
+                       status, fail_type);
+  pgs_mpi_free_type(&type);
+  *out = r;
+  return PGS_OK;
+
+fail_type:
+  pgs_mpi_free_type(&type);
+fail:
+  free(r);
+  return status;
+}
+
+static int pgs_mpi_isend(void *impl, const void *buf, size_t bytes, int peer,
+                         int tag, void *after, void **req) {
+  (void)after; /* host memory: nothing to wait for */
+  return pgs_mpi_p2p(impl, (void *)buf, bytes, peer, tag, 0, req);
+}
+
+static int pgs_mpi_irecv(void *impl, void *buf, size_t bytes, int peer, int tag,
+                         void *after, void **req) {
+  (void)after;
+  return pgs_mpi_p2p(impl, buf, bytes, peer, tag, 1, req);
+}
+
+static int pgs_mpi_test(void *impl, void *req, int *done) {
+  (void)impl;
+  pgs_mpi_req_t *r = req;
+  int status = PGS_OK;
+  PGS_MPI_CHECK_GOTO(MPI_Test(&r->req, done, MPI_STATUS_IGNORE), status, out);
+out:
+  return status;
+}
+
+/* A finished request is MPI_REQUEST_NULL already. A pending receive is
+ * cancelled so MPI stops writing into the caller's buffer; a pending send is
+ * released to complete on its own (Open MPI cannot cancel sends). */
+static void pgs_mpi_cancel(void *impl, void *req) {
+  (void)impl;
+  pgs_mpi_req_t *r = req;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && r->req != MPI_REQUEST_NULL && r->is_recv) {
+    (void)MPI_Cancel(&r->req);
+    int done = 0;
+    for (int i = 0; i < PGS_MPI_CANCEL_POLLS && !done; ++i) {
+      if (MPI_Test(&r->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      if (!done) sched_yield();
+    }
+  }
+  if (!finalized && r->req != MPI_REQUEST_NULL) (void)MPI_Request_free(&r->req);
+  free(r);
+}
+
 static const pgs_comm_vtable_t pgs_mpi_vtable = {
     .exchange_start = pgs_mpi_exchange_start,
     .exchange_wait = pgs_mpi_exchange_wait,
@@ -469,6 +563,10 @@ static const pgs_comm_vtable_t pgs_mpi_vtable = {
     .barrier = pgs_mpi_barrier,
     .destroy = pgs_mpi_destroy,
     .abort = pgs_mpi_abort,
+    .isend = pgs_mpi_isend,
+    .irecv = pgs_mpi_irecv,
+    .test = pgs_mpi_test,
+    .cancel = pgs_mpi_cancel,
 };
 
 /* Allocates the per-rank arrays and the request arrays of every slot, sized
