@@ -84,6 +84,9 @@ class PointToPoint {
   // Tensors of failed or withdrawn messages, which a transport that cannot
   // truly withdraw (gloo) may still read or write, kept until destruction.
   std::vector<at::Tensor> withdrawn_;
+  // The last post or finished message: the progress thread polls closely
+  // for 10 ms after it.
+  std::chrono::steady_clock::time_point last_move_;
   bool stop_ = false;
   std::thread thread_;
 };
