@@ -109,7 +109,7 @@ void PointToPoint::loop() {
     const auto now = Clock::now();
     if (moved) last_move_ = now;
     const auto cap = now - last_move_ < 10ms ? std::chrono::microseconds(50)
-                                            : std::chrono::microseconds(1000);
+                                             : std::chrono::microseconds(1000);
     nap = moved ? std::chrono::microseconds(20) : std::min(nap * 2, cap);
     if (finished.empty()) continue;
     lock.unlock();
