@@ -122,6 +122,7 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
   {
     std::lock_guard<std::mutex> lock(mutex_);
     check_usable();
+    ++seq_;
     if (timeout == c10d::kUnsetTimeout) timeout = timeout_;
     queue_.push_back(Task{work, std::move(dev), std::move(fn), timeout, title});
   }
@@ -206,9 +207,12 @@ void SparseBackend::watchdog_loop() {
     auto now = std::chrono::steady_clock::now();
     if (running_ && broken_.empty() &&
         now - running_since_ > running_timeout_) {
-      fail_all(std::string("pg_sparse: ") + running_title_ +
-               " timed out after " + std::to_string(running_timeout_.count()) +
-               " ms on rank " + std::to_string(rank_) +
+      // Torch's own timeout tests look for " Timed out ".
+      std::string op = running_title_;
+      if (op.rfind("pg_sparse:", 0) == 0) op = op.substr(10);
+      fail_all("pg_sparse: Timed out after " +
+               std::to_string(running_timeout_.count()) + " ms waiting for " +
+               op + " on rank " + std::to_string(rank_) +
                " (a peer died, stalled or called a different collective); "
                "the process group is no longer usable");
       // End the stuck call where the transport can (MPI, NCCL): the worker
@@ -242,18 +246,7 @@ void SparseBackend::completion_loop() {
   }
 }
 
-// --- collectives: validation here, the transport work in collectives.cpp --
-
-namespace {
-
-at::Tensor single(std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK(tensors.size() == 1, "pg_sparse::", op,
-              ": expects exactly one tensor, got ", tensors.size());
-  check_tensor(tensors[0], op);
-  return tensors[0];
-}
-
-}  // namespace
+// --- routing and point-to-point (the collectives are in backend_ops.cpp) --
 
 Route SparseBackend::route(const std::vector<at::Tensor>& tensors) {
   const at::Tensor& first = tensors.at(0);
@@ -316,110 +309,6 @@ std::shared_ptr<CudaSide> SparseBackend::cuda_side(int device) {
 #endif
 }
 
-c10::intrusive_ptr<c10d::Work> SparseBackend::broadcast(
-    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  at::Tensor t = single(tensors, "broadcast");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
-              "pg_sparse::broadcast: root rank ", opts.rootRank,
-              " out of range");
-  Route r = route({t});
-  int root = static_cast<int>(opts.rootRank);
-  return enqueue(
-      c10d::OpType::BROADCAST, "pg_sparse:broadcast", tensors,
-      [r, t, root] { run_broadcast(r.comm(), t, root); }, opts.timeout, r.dev);
-}
-
-c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  at::Tensor t = single(tensors, "allreduce");
-  auto op = opts.reduceOp.op_;
-  check_reduce_op(op, t, "allreduce");
-  Route r = route({t});
-  return enqueue(
-      c10d::OpType::ALLREDUCE, "pg_sparse:allreduce", tensors,
-      [r, t, op] { run_allreduce(r.comm(), t, op); }, opts.timeout, r.dev);
-}
-
-c10::intrusive_ptr<c10d::Work> SparseBackend::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs,
-    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  at::Tensor in = single(inputs, "allgather");
-  TORCH_CHECK(
-      outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-      "pg_sparse::allgather: expects one list of ", size_, " output tensors");
-  for (auto& o : outputs[0]) {
-    check_tensor(o, "allgather");
-    TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
-                "pg_sparse::allgather: output tensors must match the input's "
-                "size and dtype");
-  }
-  auto outs = outputs[0];
-  std::vector<at::Tensor> all = outs;
-  all.push_back(in);
-  Route r = route(all);
-  return enqueue(
-      c10d::OpType::ALLGATHER, "pg_sparse:allgather", outs,
-      [r, in, outs] { run_allgather(r.comm(), in, outs); }, opts.timeout,
-      r.dev);
-}
-
-c10::intrusive_ptr<c10d::Work> SparseBackend::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  check_tensor(input, "_allgather_base");
-  check_tensor(output, "_allgather_base");
-  TORCH_CHECK(output.numel() == input.numel() * size_ &&
-                  output.scalar_type() == input.scalar_type(),
-              "pg_sparse::_allgather_base: output must hold world_size times "
-              "the input, same dtype");
-  at::Tensor in = input, out = output;
-  Route r = route({in, out});
-  return enqueue(
-      c10d::OpType::_ALLGATHER_BASE, "pg_sparse:_allgather_base", {out},
-      [r, in, out] { run_allgather_base(r.comm(), in, out); }, opts.timeout,
-      r.dev);
-}
-
-c10::intrusive_ptr<c10d::Work> SparseBackend::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input,
-    const c10d::ReduceScatterOptions& opts) {
-  check_tensor(input, "_reduce_scatter_base");
-  check_tensor(output, "_reduce_scatter_base");
-  TORCH_CHECK(input.numel() == output.numel() * size_ &&
-                  output.scalar_type() == input.scalar_type(),
-              "pg_sparse::_reduce_scatter_base: input must hold world_size "
-              "times the output, same dtype");
-  auto op = opts.reduceOp.op_;
-  check_reduce_op(op, input, "_reduce_scatter_base");
-  at::Tensor in = input, out = output;
-  Route r = route({in, out});
-  return enqueue(
-      c10d::OpType::_REDUCE_SCATTER_BASE, "pg_sparse:_reduce_scatter_base",
-      {out}, [r, in, out, op] { run_reduce_scatter(r.comm(), in, out, op); },
-      opts.timeout, r.dev);
-}
-
-c10::intrusive_ptr<c10d::Work> SparseBackend::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
-  check_tensor(input, "alltoall_base");
-  check_tensor(output, "alltoall_base");
-  auto plan = plan_alltoall(input, output, input_splits, output_splits, size_);
-  at::Tensor in = input, out = output;
-  Route r = route({in, out});
-  return enqueue(
-      c10d::OpType::ALLTOALL_BASE, "pg_sparse:alltoall_base", {out},
-      [r, in, out, plan] { run_alltoall(r.comm(), in, out, plan); },
-      opts.timeout, r.dev);
-}
-
-c10::intrusive_ptr<c10d::Work> SparseBackend::barrier(
-    const c10d::BarrierOptions& opts) {
-  auto comm = comm_;
-  return enqueue(
-      c10d::OpType::BARRIER, "pg_sparse:barrier", {},
-      [comm] { check(pgs_comm_barrier(comm.get()), "barrier"); }, opts.timeout);
-}
-
 namespace {
 
 // Tags at and above this are the gloo transport's own messages.
@@ -430,7 +319,7 @@ constexpr int kMaxUserTag = (1 << 30) - 1;
 at::Tensor SparseBackend::check_p2p(std::vector<at::Tensor>& tensors, int peer,
                                     int tag, bool is_send) {
   const char* op = is_send ? "send" : "recv";
-  at::Tensor t = single(tensors, op);
+  at::Tensor t = single_tensor(tensors, op);
   TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "pg_sparse::", op,
               is_send ? ": bad destination rank " : ": bad source rank ", peer);
   TORCH_CHECK(tag >= 0 && tag <= kMaxUserTag, "pg_sparse::", op, ": tag ", tag,

@@ -107,6 +107,48 @@ class SparseBackend : public c10d::Backend {
       const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts) override;
+  // The rest of what gloo implements (backend_ops.cpp).
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts) override;
+  // One count per group, bumped by every queued collective (what
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper asks for at init).
+  void setSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seq_ = 0;
+  }
+  uint64_t getSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return seq_;
+  }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
@@ -193,6 +235,7 @@ class SparseBackend : public c10d::Backend {
   int idle_completers_ = 0;   // completers waiting for a Done
   std::string broken_;        // set once a timeout has failed the backend
   bool aborted_ = false;      // the transport took the watchdog's abort
+  uint64_t seq_ = 0;          // collectives queued since the last reset
   std::thread worker_, watchdog_;
   std::vector<std::thread> completers_;
 };

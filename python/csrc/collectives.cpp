@@ -18,18 +18,29 @@ void check_tensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.device().is_cpu(), "pg_sparse::", op,
               ": tensors must be on the CPU in this build, got ", t.device());
 #endif
-  TORCH_CHECK(t.is_contiguous(), "pg_sparse::", op,
-              ": tensors must be contiguous");
+}
+
+at::Tensor single_tensor(std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, "pg_sparse::", op,
+              ": expects exactly one tensor, got ", tensors.size());
+  check_tensor(tensors[0], op);
+  return tensors[0];
 }
 
 void check_reduce_op(RedOp op, const at::Tensor& t, const char* what) {
+  const bool bitwise =
+      op == RedOp::BAND || op == RedOp::BOR || op == RedOp::BXOR;
   TORCH_CHECK(op == RedOp::SUM || op == RedOp::AVG || op == RedOp::MAX ||
-                  op == RedOp::MIN || op == RedOp::PRODUCT,
+                  op == RedOp::MIN || op == RedOp::PRODUCT || bitwise,
               "pg_sparse::", what, ": unsupported reduce op ",
               static_cast<int>(op),
-              " (supported: SUM, AVG, MAX, MIN, PRODUCT)");
+              " (supported: SUM, AVG, MAX, MIN, PRODUCT, BAND, BOR, BXOR)");
   TORCH_CHECK(op != RedOp::AVG || at::isFloatingType(t.scalar_type()),
               "pg_sparse::", what, ": AVG needs a floating-point tensor, got ",
+              t.scalar_type());
+  TORCH_CHECK(!bitwise || at::isIntegralType(t.scalar_type(), true),
+              "pg_sparse::", what,
+              ": BAND, BOR and BXOR need an integer or bool tensor, got ",
               t.scalar_type());
 }
 
@@ -59,6 +70,8 @@ std::optional<pgs_redop_t> native_op(RedOp op) {
   }
 }
 
+}  // namespace
+
 // Every rank's @p in, one after another in @p out (P times its size).
 void allgather_blocks(pgs_comm_t* comm, const at::Tensor& in,
                       const at::Tensor& out, const char* what) {
@@ -77,9 +90,30 @@ at::Tensor gather_rows(pgs_comm_t* comm, const at::Tensor& t) {
   return all;
 }
 
+namespace {
+
+// Bitwise reductions fold the rows one after another.
+at::Tensor fold_rows(const at::Tensor& rows, RedOp op) {
+  at::Tensor acc = rows[0].clone();
+  for (int64_t r = 1; r < rows.size(0); ++r) {
+    if (op == RedOp::BAND) acc.bitwise_and_(rows[r]);
+    if (op == RedOp::BOR) acc.bitwise_or_(rows[r]);
+    if (op == RedOp::BXOR) acc.bitwise_xor_(rows[r]);
+  }
+  return acc;
+}
+
+}  // namespace
+
 // Reduce the rows of @p rows (one per rank) with torch, keeping the dtype.
+// On bool, as gloo does: SUM and MAX are a logical or, PRODUCT and MIN a
+// logical and.
 at::Tensor reduce_rows(const at::Tensor& rows, RedOp op) {
   auto dtype = rows.scalar_type();
+  if (op == RedOp::BAND || op == RedOp::BOR || op == RedOp::BXOR)
+    return fold_rows(rows, op);
+  if (dtype == at::kBool)
+    return op == RedOp::SUM || op == RedOp::MAX ? rows.any(0) : rows.all(0);
   switch (op) {
     case RedOp::SUM: return rows.sum(0, false, dtype);
     case RedOp::AVG: return rows.sum(0, false, dtype).div_(rows.size(0));
@@ -89,8 +123,6 @@ at::Tensor reduce_rows(const at::Tensor& rows, RedOp op) {
     default: TORCH_CHECK(false, "pg_sparse: unsupported reduce op");
   }
 }
-
-}  // namespace
 
 void run_broadcast(pgs_comm_t* comm, const at::Tensor& t, int root) {
   check(pgs_comm_bcast(comm, t.data_ptr(), t.nbytes(), root), "broadcast");

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
@@ -73,10 +74,12 @@ def create_backend(dist_options: Any, backend_options: Any = None) -> Any:
     if transport == "gloo":
         # Torch wheels ship no gloo headers, so the inner backend is built
         # here and handed to C++ as a c10d::Backend.
+        # gloo's own timeout comes 10 s after ours, so a stuck call fails
+        # once, with the backend's watchdog message.
         store = dist.PrefixStore("pg_sparse_inner/", dist_options.store)
         inner = dist.ProcessGroupGloo(store, dist_options.group_rank,
                                       dist_options.group_size,
-                                      dist_options.timeout)
+                                      dist_options.timeout + timedelta(seconds=10))
     backend = _C._create_backend(dist_options, transport, inner)
     # Global rank 0 logs (a sub-group's rank 0 may be any process).
     members = list(dist_options.global_ranks_in_group)

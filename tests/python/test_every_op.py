@@ -1,0 +1,33 @@
+"""Every c10d operation gloo implements, on "sparse" against gloo in the same
+job (reduce, gather, scatter, list and coalesced forms, bitwise ops, every
+dtype, 0-d, empty and non-contiguous tensors, sparse allreduce and DDP over a
+sparse embedding, sequence numbers, the timeout message), under torchrun and
+mpirun at P = 2 and 3."""
+
+import pytest
+from workers import every_op
+
+SCRIPT = "every_op.py"
+CONFIGS = {
+    "torchrun-P2": ("torchrun", 2, {}),
+    "torchrun-P3": ("torchrun", 3, {}),
+    "mpirun-P2": ("mpirun", 2, {}),
+    "mpirun-P3": ("mpirun", 3, {}),
+    # torch's debug wrapper around every group (sequence numbers, checks of
+    # every collective's shapes through a gloo helper group).
+    "torchrun-P2-detail": ("torchrun", 2, {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
+}
+JOB_TIMEOUT = 120
+
+
+def job_of(jobs, config):
+    launcher, nproc, env = CONFIGS[config]
+    return jobs.get(launcher, SCRIPT, nproc, env=env, timeout=JOB_TIMEOUT)
+
+
+@pytest.mark.parametrize("config,check", [
+    pytest.param(config, name, id=f"{config}-{name}")
+    for config, (_, nproc, _) in CONFIGS.items()
+    for name, _ in every_op.plan(nproc)])
+def test_op(jobs, config, check):
+    job_of(jobs, config).check(check)
