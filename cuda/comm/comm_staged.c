@@ -348,6 +348,11 @@ static int p2p_test(void *impl, void *req, int *done) {
   return st;
 }
 
+static int p2p_source(void *impl, void *req) {
+  (void)impl;
+  return pgs_request_source(((staged_req_t *)req)->inner);
+}
+
 static void p2p_cancel(void *impl, void *req) {
   staged_comm_t *c = impl;
   pgs_dev_scope_t scope;
@@ -378,6 +383,7 @@ static const pgs_comm_vtable_t staged_p2p_vtable = {
     .irecv = p2p_irecv,
     .test = p2p_test,
     .cancel = p2p_cancel,
+    .source = p2p_source,
 };
 
 int pgs_comm_staged_p2p_create(pgs_comm_t *host_p2p, cudaStream_t stream,

@@ -339,4 +339,13 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::recv(
   return post_p2p(check_p2p(tensors, src, tag, false), src, tag, false);
 }
 
+c10::intrusive_ptr<c10d::Work> SparseBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors, int tag) {
+  // Checked as a receive from a valid peer; the channel takes any sender
+  // (Open MPI and gloo; NCCL matches no tags or sources and refuses it).
+  TORCH_CHECK(size_ > 1, "pg_sparse::recvAnysource: no other rank");
+  at::Tensor t = check_p2p(tensors, rank_ == 0 ? 1 : 0, tag, false);
+  return post_p2p(t, PGS_ANY_SOURCE, tag, false);
+}
+
 }  // namespace pg_sparse

@@ -58,12 +58,16 @@ class SparseWork : public c10d::Work {
   }
   // Completes once: the first caller (worker result or watchdog) wins.
   void complete(std::exception_ptr error);
+  // The sender of a finished receive (recvAnysource asks for it).
+  int sourceRank() const override { return source_; }
+  void set_source(int rank) { source_ = rank; }
 
  private:
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<DeviceHooks> dev_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> done_{false};
+  std::atomic<int> source_{-1};
 };
 
 class CudaSide;
@@ -153,6 +157,8 @@ class SparseBackend : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
                                       int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
   void shutdown() override;
   void abort() override { shutdown(); }
 

@@ -205,8 +205,12 @@ int p2p_post(void* impl, void* buf, size_t bytes, int peer, int tag,
   auto* r = new InnerRequest;
   int st = guarded([&] {
     std::vector<at::Tensor> t{bytes_of(buf, bytes)};
-    r->work =
-        is_send ? c->inner->send(t, peer, tag) : c->inner->recv(t, peer, tag);
+    if (is_send)
+      r->work = c->inner->send(t, peer, tag);
+    else if (peer == PGS_ANY_SOURCE)
+      r->work = c->inner->recvAnysource(t, tag);
+    else
+      r->work = c->inner->recv(t, peer, tag);
   });
   if (st != PGS_OK) {
     delete r;
@@ -243,6 +247,10 @@ int p2p_test(void*, void* req, int* done) {
   last_transport_error() = r->error;
   const bool timeout = r->error.find("imed out") != std::string::npos;
   return timeout ? PGS_ERR_TIMEOUT : PGS_ERR_COMM;
+}
+
+int p2p_source(void*, void* req) {
+  return static_cast<InnerRequest*>(req)->work->sourceRank();
 }
 
 // gloo's abort ends the wait of a message still in flight (a receive then
@@ -284,6 +292,7 @@ Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
       .irecv = p2p_irecv,
       .test = p2p_test,
       .cancel = p2p_cancel,
+      .source = p2p_source,
   };
   auto make = [&](const pgs_comm_vtable_t& table, const char* what) {
     auto* c = new InnerComm;

@@ -27,6 +27,7 @@ PointToPoint::PointToPoint(int rank, std::chrono::milliseconds timeout,
 PointToPoint::~PointToPoint() { shutdown(); }
 
 std::string PointToPoint::describe(const Message& m) const {
+  if (m.peer == PGS_ANY_SOURCE) return "recv from any rank";
   return std::string(m.is_send ? "send to" : "recv from") + " rank " +
          std::to_string(m.peer);
 }
@@ -78,6 +79,7 @@ bool PointToPoint::sweep(Finished& out) {
       ++i;
       continue;
     }
+    if (!error) p.work->set_source(pgs_request_source(p.request));
     pgs_request_free(p.request);
     // A transport that cannot truly withdraw (gloo) may still touch the
     // memory of a failed or withdrawn message: it stays allocated.

@@ -142,6 +142,17 @@ TEST(CommP2p, CollectiveTransportWithoutPointToPointSaysUnsupported) {
   pgs_comm_destroy(c);
 }
 
+TEST(CommP2p, AnySourceNeedsTheTransportsSourceEntry) {
+  P2pComm p;
+  float x = 0;
+  pgs_request_t *r = nullptr;
+  EXPECT_EQ(pgs_comm_irecv(p.comm, &x, 4, PGS_ANY_SOURCE, 0, nullptr, &r),
+            PGS_ERR_UNSUPPORTED);
+  EXPECT_EQ(pgs_comm_isend(p.comm, &x, 4, PGS_ANY_SOURCE, 0, nullptr, &r),
+            PGS_ERR_INVALID);  // a send names its peer
+  EXPECT_EQ(p.stub.posted, 0);
+}
+
 TEST(CommP2p, RejectsBadArgumentsBeforeTheTransport) {
   P2pComm p(1, 3);
   float x[4] = {};
@@ -149,7 +160,7 @@ TEST(CommP2p, RejectsBadArgumentsBeforeTheTransport) {
   EXPECT_EQ(pgs_comm_isend(p.comm, x, 16, 1, 0, nullptr, &r),
             PGS_ERR_INVALID);  // self
   EXPECT_EQ(pgs_comm_isend(p.comm, x, 16, 3, 0, nullptr, &r), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_comm_irecv(p.comm, x, 16, -1, 0, nullptr, &r), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_comm_irecv(p.comm, x, 16, -2, 0, nullptr, &r), PGS_ERR_INVALID);
   EXPECT_EQ(pgs_comm_irecv(p.comm, x, 16, 0, -5, nullptr, &r), PGS_ERR_INVALID);
   EXPECT_EQ(pgs_comm_irecv(p.comm, nullptr, 16, 0, 0, nullptr, &r),
             PGS_ERR_INVALID);
@@ -309,6 +320,40 @@ TEST(CommMpiP2p, RingWithTagsOutOfOrder) {
   EXPECT_EQ(k.data_sent, total);
   EXPECT_EQ(k.data_recv, total);
   for (pgs_request_t *r : reqs) pgs_request_free(r);
+}
+
+TEST(CommMpiP2p, AnySourceReportsEachSender) {
+  CommPtr comm = make_comm(Transport::kMpi);
+  ASSERT_NE(comm, nullptr);
+  const int P = pgs_comm_size(comm.get()), me = pgs_comm_rank(comm.get());
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  if (me == 0) {
+    std::vector<int32_t> got(P - 1, -1);
+    std::vector<pgs_request_t *> reqs(P - 1);
+    for (int i = 0; i < P - 1; ++i)
+      ASSERT_EQ(pgs_comm_irecv(comm.get(), &got[i], 4, PGS_ANY_SOURCE, 9,
+                               nullptr, &reqs[i]),
+                PGS_OK);
+    ASSERT_EQ(wait_all(reqs), PGS_OK);
+    std::vector<int> seen(P, 0);
+    for (int i = 0; i < P - 1; ++i) {
+      const int src = pgs_request_source(reqs[i]);
+      ASSERT_GT(src, 0);
+      ASSERT_LT(src, P);
+      EXPECT_EQ(got[i], 100 + src);  // the payload names its sender
+      ++seen[src];
+      pgs_request_free(reqs[i]);
+    }
+    for (int r = 1; r < P; ++r) EXPECT_EQ(seen[r], 1) << "rank " << r;
+  } else {
+    int32_t mine = 100 + me;
+    std::vector<pgs_request_t *> reqs(1);
+    ASSERT_EQ(pgs_comm_isend(comm.get(), &mine, 4, 0, 9, nullptr, &reqs[0]),
+              PGS_OK);
+    ASSERT_EQ(wait_all(reqs), PGS_OK);
+    EXPECT_EQ(pgs_request_source(reqs[0]), 0);
+    pgs_request_free(reqs[0]);
+  }
 }
 
 TEST(CommMpiP2p, ACancelledReceiveTakesNothing) {

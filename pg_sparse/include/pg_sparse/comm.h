@@ -107,6 +107,9 @@ typedef struct pgs_comm_vtable {
    *  its buffer no more once this returns; a send may still be delivered
    *  from a transport's copy, or dropped. Never blocks on a peer. */
   void (*cancel)(void *impl, void *req);
+  /** Optional: the rank a finished receive came from. Needed for receives
+   *  from PGS_ANY_SOURCE, which irecv then accepts as @p peer. */
+  int (*source)(void *impl, void *req);
 } pgs_comm_vtable_t;
 
 /** Bytes moved through one communicator since its creation, and the number
@@ -187,6 +190,10 @@ int pgs_comm_barrier(pgs_comm_t *comm);
 
 typedef struct pgs_request pgs_request_t;
 
+/** pgs_comm_irecv's @p peer for a message from any rank (transports with a
+ *  `source` entry: Open MPI, gloo). */
+#define PGS_ANY_SOURCE (-1)
+
 /** Post a send of @p bytes to @p peer (not self) with @p tag >= 0; see the
  *  vtable's isend for @p after. The exact bytes are counted once the request
  *  completes. PGS_ERR_UNSUPPORTED when the transport has no point-to-point,
@@ -200,6 +207,9 @@ int pgs_comm_irecv(pgs_comm_t *comm, void *buf, size_t bytes, int peer, int tag,
  *  after pgs_comm_abort() an unfinished request is withdrawn and fails with
  *  PGS_ERR_ABORTED, so its buffer may go. */
 int pgs_request_test(pgs_request_t *req, int *done);
+/** The rank a successfully finished receive came from (its peer, or the
+ *  sender of a PGS_ANY_SOURCE receive); -1 before that. */
+int pgs_request_source(const pgs_request_t *req);
 /** Free @p req; one not finished is withdrawn first (see the vtable's
  *  cancel): the caller may free a receive buffer once this returns. NULL is
  *  a no-op. The communicator must still exist. */

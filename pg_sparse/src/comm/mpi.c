@@ -466,6 +466,7 @@ static int pgs_mpi_abort(void *impl) {
 typedef struct pgs_mpi_req {
   MPI_Request req;
   int is_recv;
+  int source; /* the sender, once a receive has finished */
 } pgs_mpi_req_t;
 
 /* Polls a cancelled receive this long for MPI to confirm before letting go
@@ -489,6 +490,8 @@ static int pgs_mpi_p2p(pgs_mpi_t *m, void *buf, size_t bytes, int peer, int tag,
   if (r == NULL) return PGS_ERR_NO_MEMORY;
   r->req = MPI_REQUEST_NULL;
   r->is_recv = is_recv;
+  r->source = peer;
+  if (peer == PGS_ANY_SOURCE) peer = MPI_ANY_SOURCE;
   int count = 0;
   MPI_Datatype type = MPI_DATATYPE_NULL;
   status = pgs_mpi_bytes_type(bytes, &count, &type);
@@ -526,9 +529,16 @@ static int pgs_mpi_test(void *impl, void *req, int *done) {
   (void)impl;
   pgs_mpi_req_t *r = req;
   int status = PGS_OK;
-  PGS_MPI_CHECK_GOTO(MPI_Test(&r->req, done, MPI_STATUS_IGNORE), status, out);
+  MPI_Status st;
+  PGS_MPI_CHECK_GOTO(MPI_Test(&r->req, done, &st), status, out);
+  if (*done && r->is_recv) r->source = st.MPI_SOURCE;
 out:
   return status;
+}
+
+static int pgs_mpi_source(void *impl, void *req) {
+  (void)impl;
+  return ((const pgs_mpi_req_t *)req)->source;
 }
 
 /* A finished request is MPI_REQUEST_NULL already. A pending receive is
@@ -567,6 +577,7 @@ static const pgs_comm_vtable_t pgs_mpi_vtable = {
     .irecv = pgs_mpi_irecv,
     .test = pgs_mpi_test,
     .cancel = pgs_mpi_cancel,
+    .source = pgs_mpi_source,
 };
 
 /* Allocates the per-rank arrays and the request arrays of every slot, sized

@@ -14,6 +14,7 @@ struct pgs_request {
   void *impl;     /* the transport's request; NULL once released */
   uint64_t bytes; /* counted when the message completes */
   int is_send;
+  int peer; /* PGS_ANY_SOURCE until a finished receive knows its sender */
   int finished;
   int status; /* outcome once finished */
 };
@@ -24,17 +25,20 @@ static int post(pgs_comm_t *comm, void *buf, size_t bytes, int peer, int tag,
   *out = NULL;
   if (comm == NULL || tag < 0) return PGS_ERR_INVALID;
   /* A message to self would need a loop-back no transport promises. */
-  if (peer < 0 || peer >= comm->size || peer == comm->rank)
+  const int any = !is_send && peer == PGS_ANY_SOURCE;
+  if (!any && (peer < 0 || peer >= comm->size || peer == comm->rank))
     return PGS_ERR_INVALID;
   if (bytes > 0 && buf == NULL) return PGS_ERR_INVALID;
   if (atomic_load(&comm->aborted)) return PGS_ERR_ABORTED;
   if (comm->vt.isend == NULL) return PGS_ERR_UNSUPPORTED;
+  if (any && comm->vt.source == NULL) return PGS_ERR_UNSUPPORTED;
 
   pgs_request_t *req = calloc(1, sizeof(*req));
   if (req == NULL) return PGS_ERR_NO_MEMORY;
   req->comm = comm;
   req->bytes = (uint64_t)bytes;
   req->is_send = is_send;
+  req->peer = peer;
   int st = is_send ? comm->vt.isend(comm->impl, buf, bytes, peer, tag, after,
                                     &req->impl)
                    : comm->vt.irecv(comm->impl, buf, bytes, peer, tag, after,
@@ -61,6 +65,8 @@ int pgs_comm_irecv(pgs_comm_t *comm, void *buf, size_t bytes, int peer, int tag,
 
 /* Ends @p req with @p status, releasing the transport's request. */
 static int finish(pgs_request_t *req, int status) {
+  if (status == PGS_OK && req->peer == PGS_ANY_SOURCE)
+    req->peer = req->comm->vt.source(req->comm->impl, req->impl);
   if (req->impl != NULL) req->comm->vt.cancel(req->comm->impl, req->impl);
   req->impl = NULL;
   req->finished = 1;
@@ -99,4 +105,9 @@ void pgs_request_free(pgs_request_t *req) {
   if (req == NULL) return;
   if (req->impl != NULL) req->comm->vt.cancel(req->comm->impl, req->impl);
   free(req);
+}
+
+int pgs_request_source(const pgs_request_t *req) {
+  if (req == NULL || !req->finished || req->status != PGS_OK) return -1;
+  return req->peer;
 }

@@ -280,6 +280,25 @@ def ddp_sparse_embedding() -> str:
     return "3 steps, parameters match gloo DDP"
 
 
+def recv_any_source() -> str:
+    """dist.recv without a source: rank 0 takes one message from each other
+    rank, in whatever order, and learns who sent it."""
+    torch, dist = C.torch, C.dist
+    if C.rank == 0:
+        seen = []
+        for _ in range(C.world_size - 1):
+            t = torch.zeros(3)
+            src = dist.recv(t, tag=5)
+            if not torch.equal(t, torch.full((3,), float(src))):
+                raise AssertionError(f"message from {src} carries {t}")
+            seen.append(src)
+        if sorted(seen) != list(range(1, C.world_size)):
+            raise AssertionError(f"senders {seen}")
+        return f"senders {seen}"
+    dist.send(torch.full((3,), float(C.rank)), dst=0, tag=5)
+    return "sent"
+
+
 def sequence_numbers() -> str:
     # torch's ProcessGroup only forwards these for its own backends; the
     # DETAIL wrapper calls the backend's, as here.
@@ -350,6 +369,7 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
         ("functional_collectives", functional_collectives),
         ("sparse_all_reduce", sparse_all_reduce),
         ("ddp_sparse_embedding", ddp_sparse_embedding),
+        ("recv_any_source", recv_any_source),
         ("sequence_numbers", sequence_numbers),
         ("timeout_message", timeout_message),
     ]
