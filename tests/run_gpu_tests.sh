@@ -9,7 +9,7 @@
 #   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
 #   bash tests/run_gpu_tests.sh allreduce Ok-Topk etc. vs NCCL dense, 2 GPUs
 #   bash tests/run_gpu_tests.sh python    the backend on CUDA: pytest, torchrun, 2 GPUs
-#                                         (and the one-GPU checks)
+#                                         (every c10d op too; and the one-GPU checks)
 #   bash tests/run_gpu_tests.sh one       only the one-GPU checks (any GPU)
 #   bash tests/run_gpu_tests.sh hook      what each hook adds to a DDP step, 1 GPU
 #   bash tests/run_gpu_tests.sh ext       build the extension in place (python does)
@@ -80,7 +80,8 @@ step_ext() {
 step_python() {
   step_ext || return 1
   PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda.py" \
-    "$root/tests/python/test_cuda_one.py" -q 2>&1 | tee "$logs/pytest_cuda.log" | tail -15
+    "$root/tests/python/test_cuda_one.py" "$root/tests/python/test_every_op.py" \
+    -k "not test_op or cuda-" -q 2>&1 | tee "$logs/pytest_cuda.log" | tail -15
   return "${PIPESTATUS[0]}"
 }
 

@@ -5,7 +5,10 @@ sparse embedding, sequence numbers, the timeout message), under torchrun and
 mpirun at P = 2 and 3."""
 
 import pytest
+import torch
 from workers import every_op
+
+NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 SCRIPT = "every_op.py"
 CONFIGS = {
@@ -17,6 +20,14 @@ CONFIGS = {
     # every collective's shapes through a gloo helper group).
     "torchrun-P2-detail": ("torchrun", 2, {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
 }
+# The "sparse" side on CUDA tensors, one GPU per rank (NCCL; the gloo
+# oracle on CPU copies), where two GPUs are lent.
+CUDA_CONFIGS = {
+    "cuda-torchrun-P2": ("torchrun", 2, {"PGS_EVERY_OP_DEVICE": "cuda"}),
+    "cuda-mpirun-P2": ("mpirun", 2, {"PGS_EVERY_OP_DEVICE": "cuda"}),
+}
+if NGPU >= 2:
+    CONFIGS.update(CUDA_CONFIGS)
 JOB_TIMEOUT = 120
 
 

@@ -33,6 +33,7 @@ class Ctx:
     torch = dist = None
     rank = world_size = 0
     gloo = None
+    device = "cpu"  # where the "sparse" side's tensors live
 
 
 C = Ctx()
@@ -42,12 +43,14 @@ def make(dtype: str, shape: tuple[int, ...], salt: int, rank: int | None = None)
     """An input whose reductions are exact in every dtype."""
     torch = C.torch
     g = torch.Generator().manual_seed(1000 * salt + (C.rank if rank is None else rank))
+    here = torch.get_default_device()  # the device context of both()
     if dtype == "bool":
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype == "uint8":
-        return torch.randint(0, 4, shape, generator=g).to(torch.uint8)
-    x = torch.randint(-3, 4, shape, generator=g)
-    return x.to(getattr(torch, dtype))
+        x = torch.randint(0, 2, shape, generator=g, device="cpu").bool()
+    elif dtype == "uint8":
+        x = torch.randint(0, 4, shape, generator=g, device="cpu").to(torch.uint8)
+    else:
+        x = torch.randint(-3, 4, shape, generator=g, device="cpu").to(getattr(torch, dtype))
+    return x.to(here)
 
 
 def same(a, b, what: str) -> None:
@@ -57,9 +60,19 @@ def same(a, b, what: str) -> None:
         raise AssertionError(f"{what}: sparse {a} != gloo {b}")
 
 
+def cpu(x):
+    """x with every tensor (in lists and tuples too) on the CPU."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(cpu(y) for y in x)
+    return x.cpu() if x is not None else None
+
+
 def both(fn: Callable) -> tuple:
-    """fn(group) on "sparse" (the default group) and on the gloo oracle."""
-    return fn(None), fn(C.gloo)
+    """fn(group) on "sparse" (the default group; its tensors on C.device) and
+    on the gloo oracle (CPU tensors), both results on the CPU."""
+    with C.torch.device(C.device):
+        mine = fn(None)
+    return cpu(mine), fn(C.gloo)
 
 
 def noncontig(t):
@@ -384,6 +397,12 @@ def main() -> None:
 
     import pg_sparse  # noqa: F401 - registers "sparse"; under mpirun sets RANK...
 
+    C.device = os.environ.get("PGS_EVERY_OP_DEVICE", "cpu")
+    if C.device == "cuda":
+        local = (os.environ.get("LOCAL_RANK") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
+                 or os.environ.get("RANK", "0"))
+        C.device = f"cuda:{int(local)}"
+        torch.cuda.set_device(C.device)
     dist.init_process_group("sparse", timeout=timedelta(seconds=60))
     C.torch, C.dist = torch, dist
     C.rank, C.world_size = dist.get_rank(), dist.get_world_size()
