@@ -112,6 +112,12 @@ class SparseBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts) override;
   // The rest of what gloo implements (backend_ops.cpp).
+  // Sparse tensors on a GPU come here (on the CPU, to allreduce).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override {
+    return allreduce(tensors, opts);
+  }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts) override;

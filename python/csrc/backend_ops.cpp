@@ -81,7 +81,9 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
     // DDP over a sparse embedding: gloo's sparse allreduce, a sum.
     TORCH_CHECK(op == RedOp::SUM,
                 "pg_sparse::allreduce: sparse tensors support SUM only");
-    Route r = route({t});
+    // A sparse tensor has no storage of its own: the stream handoff keeps
+    // its indices and values.
+    Route r = route({t._indices(), t._values()});
     return enqueue(
         c10d::OpType::ALLREDUCE, "pg_sparse:allreduce", tensors,
         [r, t] { run_sparse_allreduce(r.comm(), t); }, opts.timeout, r.dev);

@@ -49,6 +49,7 @@ c10::intrusive_ptr<c10d::Work> PointToPoint::post(Message m) {
                                         m.after, &request);
     check(st, "posting the " + describe(m));
     last_move_ = Clock::now();
+    kick_ = true;  // sweep at once: a device message is only posted there
     pending_.push_back(Pending{request, work, std::move(m), last_move_});
   }
   cv_.notify_one();
@@ -100,8 +101,9 @@ void PointToPoint::loop() {
     if (pending_.empty())
       cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
     else
-      cv_.wait_for(lock, nap, [&] { return stop_; });
+      cv_.wait_for(lock, nap, [&] { return stop_ || kick_; });
     if (stop_) return;
+    kick_ = false;
     Finished finished;
     const bool moved = sweep(finished);
     // A message finishing on the device is only seen by a test: poll at

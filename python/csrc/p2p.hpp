@@ -87,6 +87,7 @@ class PointToPoint {
   // The last post or finished message: the progress thread polls closely
   // for 10 ms after it.
   std::chrono::steady_clock::time_point last_move_;
+  bool kick_ = false;  // a new message: sweep without waiting out the nap
   bool stop_ = false;
   std::thread thread_;
 };
