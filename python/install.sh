@@ -33,9 +33,10 @@ install_python_packages() {
   # transformers (the DDP benchmark's ResNet-50, BERT and GPT-2, built from
   # their configurations) does not depend on torch, so pip keeps the torch
   # above; matplotlib draws the benchmarks' plots; mnist1d generates the
-  # MNIST-1D data set locally (make_dataset, no download).
+  # MNIST-1D data set locally (make_dataset, no download); expecttest is
+  # what torch's own distributed test suite imports (tests/torch_suite).
   local want=()
-  for mod in pytest tqdm sklearn transformers matplotlib mnist1d; do
+  for mod in pytest tqdm sklearn transformers matplotlib mnist1d expecttest; do
     "$python" -c "import $mod" >/dev/null 2>&1 || want+=("$mod")
   done
   want=("${want[@]/sklearn/scikit-learn}")

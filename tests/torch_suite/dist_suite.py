@@ -12,7 +12,12 @@ are skipped as for any backend torch does not profile.
 
     PGS_SUITE_BACKEND=gloo|sparse WORLD_SIZE=2 python -m pytest dist_suite.py -k NAME
 
-With ``PGS_SUITE_BACKEND=gloo`` nothing is patched: the baseline.
+With ``PGS_SUITE_BACKEND=gloo`` nothing is patched: the baseline. Of the
+suite's 286 tests, 91 run on the CPU and pass on gloo (torch 2.13, world
+size 2); ``passing_w2.txt`` lists the 86 of them that pass on "sparse", the
+other 5 are ``NOT_FOR_SPARSE`` below, each with its reason. The test command
+runs a quick part of that list (``tests/python/test_torch_suite.py``), the
+whole list with ``PGS_TORCH_SUITE=full``.
 """
 
 from __future__ import annotations
@@ -63,11 +68,26 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     TestDistBackend,
 )
 
+# Tests that run on the CPU and pass on gloo but check something only gloo
+# can be (its name, or torch's gloo-only API); skipped on "sparse" with the
+# reason.
+NOT_FOR_SPARSE = {
+    "test_get_backend": "asserts dist.get_backend() == 'gloo'",
+    "test_ddp_logging_data_cpu": "DDP's logging data names every third-party "
+    "backend 'custom' while dist.get_backend() says 'sparse' (torch)",
+    "test_monitored_barrier_gloo": "monitored_barrier is gloo-only in torch",
+    "test_monitored_barrier_gloo_rank_0_timeout": "monitored_barrier is gloo-only in torch",
+    "test_monitored_barrier_gloo_subgroup": "monitored_barrier is gloo-only in torch",
+}
+
 
 class TestSparseBackend(TestDistBackend, DistributedTest._DistTestBase):
     """Every test of the suite, each in WORLD_SIZE spawned processes."""
 
     def setUp(self):
+        reason = NOT_FOR_SPARSE.get(self._testMethodName)
+        if REAL == "sparse" and reason:
+            self.skipTest(reason)
         super().setUp()
         self._spawn_processes()
 
