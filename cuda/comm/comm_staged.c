@@ -368,17 +368,8 @@ static void p2p_destroy(void *impl) {
   free(c);
 }
 
-/* test() never waits, so nothing is in progress to interrupt: the
- * communicator's aborted flag makes the next test withdraw each request,
- * and the shared host transport stays usable for host tensors. */
-static int p2p_abort(void *impl) {
-  (void)impl;
-  return PGS_OK;
-}
-
 static const pgs_comm_vtable_t staged_p2p_vtable = {
     .destroy = p2p_destroy,
-    .abort = p2p_abort,
     .isend = p2p_isend,
     .irecv = p2p_irecv,
     .test = p2p_test,

@@ -143,7 +143,8 @@ void pgs_comm_destroy(pgs_comm_t *comm);
  *  where the transport can interrupt it, and every later call returns it at
  *  once. The communicator can only be destroyed afterwards. @return PGS_OK,
  *  or PGS_ERR_UNSUPPORTED when the transport cannot interrupt a call in
- *  progress (later calls still fail at once). */
+ *  progress (later calls still fail at once). A point-to-point transport
+ *  needs no abort entry: its calls never wait. */
 int pgs_comm_abort(pgs_comm_t *comm);
 /** Whether pgs_comm_abort() was called. */
 int pgs_comm_aborted(const pgs_comm_t *comm);
