@@ -299,6 +299,22 @@ def ddp_sparse_embedding() -> str:
     return "3 steps, parameters match gloo DDP"
 
 
+def new_group_all_reduce() -> str:
+    """A sub-group of every rank but the last (and, in the DETAIL config,
+    under torch's debug wrapper): it reduces over its members only."""
+    torch, dist = C.torch, C.dist
+    members = list(range(max(1, C.world_size - 1)))
+    group = dist.new_group(members)
+    if C.rank in members:
+        t = torch.full((4,), float(C.rank + 1))
+        dist.all_reduce(t, group=group)
+        want = float(sum(r + 1 for r in members))
+        if not torch.equal(t, torch.full((4,), want)):
+            raise AssertionError(f"{t} != {want}")
+        return f"sum over {members}"
+    return "not a member"
+
+
 def recv_any_source() -> str:
     """dist.recv without a source: rank 0 takes one message from each other
     rank, in whatever order, and learns who sent it."""
@@ -388,6 +404,7 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
         ("functional_collectives", functional_collectives),
         ("sparse_all_reduce", sparse_all_reduce),
         ("ddp_sparse_embedding", ddp_sparse_embedding),
+        ("new_group_all_reduce", new_group_all_reduce),
         ("recv_any_source", recv_any_source),
         ("sequence_numbers", sequence_numbers),
         ("timeout_message", timeout_message),

@@ -1,0 +1,30 @@
+"""Real clients on "sparse" against the same client on gloo in the same job:
+FSDP2 training and full_tensor(), FSDP1, DCP save/load of a DDP and an FSDP2
+model on the default group; under torchrun and mpirun at P = 2."""
+
+import pytest
+from workers import clients
+
+SCRIPT = "clients.py"
+CONFIGS = {
+    "torchrun-P2": ("torchrun", 2, {}),
+    "mpirun-P2": ("mpirun", 2, {}),
+}
+
+
+def job_of(jobs, config):
+    launcher, nproc, env = CONFIGS[config]
+    return jobs.get(launcher, SCRIPT, nproc, env=env, timeout=180)
+
+
+@pytest.mark.parametrize("config,check", [
+    pytest.param(config, name, id=f"{config}-{name}")
+    for config, (_, nproc, _) in CONFIGS.items()
+    for name, _ in clients.plan(nproc)])
+def test_client(jobs, config, check):
+    job_of(jobs, config).check(check)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_job_ends_cleanly(jobs, config):
+    job_of(jobs, config).assert_clean_exit()
