@@ -88,9 +88,12 @@ void SparseBackend::shutdown() {
     // The worker drains its queue first; the watchdog still guards that.
     std::unique_lock<std::mutex> lock(mutex_);
     stopped_cv_.wait(lock, [&] { return worker_done_ || !broken_.empty(); });
-    // An aborted transport returns from the stuck call at once.
-    if (aborted_)
-      stopped_cv_.wait_for(lock, std::chrono::seconds(10),
+    // An aborted transport returns from the stuck call at once; gloo, which
+    // has no abort, fails it on its own timer, 10 s after the watchdog
+    // (_backend.py), so the worker is joined there too, never detached
+    // while the call can still return.
+    if (!broken_.empty())
+      stopped_cv_.wait_for(lock, std::chrono::seconds(aborted_ ? 10 : 15),
                            [&] { return worker_done_; });
     stuck = !worker_done_;
   }
