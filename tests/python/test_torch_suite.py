@@ -1,7 +1,7 @@
 """PyTorch's own DistributedTest suite against "sparse" (tests/torch_suite):
-the tests that pass on gloo and on "sparse" at world size 2, a quick part by
-default (a few seconds each: every one spawns its processes), all of them
-with PGS_TORCH_SUITE=full."""
+the tests that pass on gloo and on "sparse" at world size 2 (or 3 with
+PGS_TORCH_SUITE_WORLD=3), a quick part by default (a few seconds each: every
+one spawns its processes), all of them with PGS_TORCH_SUITE=full."""
 
 import os
 import subprocess
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 SUITE = Path(__file__).resolve().parents[1] / "torch_suite"
-PASSING = (SUITE / "passing_w2.txt").read_text().split()
+# PGS_TORCH_SUITE_WORLD=3 runs the world-size-3 list (the same 86 tests).
+WORLD = os.environ.get("PGS_TORCH_SUITE_WORLD", "2")
+PASSING = (SUITE / f"passing_w{WORLD}.txt").read_text().split()
 # One or two of each kind: collectives, rooted and list forms, coalesced,
 # point-to-point, groups, barriers, DDP.
 QUICK = ["test_zz_groups_are_sparse"] + [t for t in PASSING if t in {
@@ -32,7 +34,7 @@ def suite_results() -> dict[str, str]:
     """Runs every selected test in one pytest process (the suite's import is
     the slow part) and returns test name -> PASSED/FAILED/SKIPPED/ERROR."""
     if not _RESULTS:
-        env = dict(os.environ, WORLD_SIZE="2", BACKEND="gloo", PGS_SUITE_BACKEND="sparse",
+        env = dict(os.environ, WORLD_SIZE=WORLD, BACKEND="gloo", PGS_SUITE_BACKEND="sparse",
                    OMP_NUM_THREADS="1")
         ids = [f"dist_suite.py::TestSparseBackend::{t}" for t in TESTS]
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA",

@@ -15,7 +15,8 @@ are skipped as for any backend torch does not profile.
 With ``PGS_SUITE_BACKEND=gloo`` nothing is patched: the baseline. Of the
 suite's 286 tests, 91 run on the CPU and pass on gloo (torch 2.13, world
 size 2); ``passing_w2.txt`` lists the 86 of them that pass on "sparse", the
-other 5 are ``NOT_FOR_SPARSE`` below, each with its reason. The test command
+other 5 are ``NOT_FOR_SPARSE`` below, each with its reason. At world size 3
+the same 86 pass (``passing_w3.txt``). The test command
 runs a quick part of that list (``tests/python/test_torch_suite.py``), the
 whole list with ``PGS_TORCH_SUITE=full``.
 """
