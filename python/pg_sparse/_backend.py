@@ -43,6 +43,10 @@ def choose_transport(options: Any = None) -> tuple[str, str]:
                              f"(from {reason}); choose one of {_TRANSPORTS}")
         return forced, f"set by {reason}"
     launcher = mpi_launcher()
+    if launcher == "srun":
+        # A plain srun gives no PMI to Open MPI, whose MPI_Init then fails
+        # ("not built with SLURM's PMI support"); srun --mpi=pmix is "pmix".
+        return "gloo", "launched by srun without PMI (use srun --mpi=pmix for Open MPI)"
     if launcher is not None:
         return "mpi", f"launched by {launcher}"
     return "gloo", "not launched by an MPI launcher (torchrun or single process)"

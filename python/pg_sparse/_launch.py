@@ -20,6 +20,50 @@ _LAUNCHERS: tuple[tuple[str, str, str, str, str], ...] = (
 )
 
 
+def tasks_per_node(spec: str) -> list[int]:
+    """Slurm's task counts per node, as in SLURM_TASKS_PER_NODE ("2(x3),1"
+    is [2, 2, 2, 1])."""
+    counts: list[int] = []
+    for part in spec.split(","):
+        count, _, times = part.partition("(x")
+        counts += [int(count)] * (int(times.rstrip(")")) if times else 1)
+    return counts
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list ("gpu[03-05,9],cpu1" is "gpu03")."""
+    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist
+    prefix, bracket, rest = head.partition("[")
+    if not bracket:
+        return prefix
+    first = rest.split(",")[0].split("-")[0].rstrip("]")
+    return prefix + first
+
+
+def _slurm_fill(env: MutableMapping[str, str]) -> None:
+    """What srun always sets, for whatever a PMI launcher left out: the size
+    (PMIx gives none), the local rank and size (SLURM_NTASKS_PER_NODE only
+    comes with --ntasks-per-node; SLURM_TASKS_PER_NODE always), and a
+    rendezvous host on several nodes (the step's first node)."""
+    if "SLURM_PROCID" not in env:
+        return
+    size = env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS")
+    if size:
+        env.setdefault("WORLD_SIZE", size)
+    if "SLURM_LOCALID" in env:
+        env.setdefault("LOCAL_RANK", env["SLURM_LOCALID"])
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    if spec and "LOCAL_WORLD_SIZE" not in env:
+        counts = tasks_per_node(spec)
+        node = int(env.get("SLURM_NODEID", "0"))
+        if node < len(counts):
+            env["LOCAL_WORLD_SIZE"] = str(counts[node])
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    if nodes and env.get("WORLD_SIZE") != env.get("LOCAL_WORLD_SIZE"):
+        env.setdefault("MASTER_ADDR", first_host(nodes))
+        env.setdefault("MASTER_PORT", str(_port_for_job(env)))
+
+
 def mpi_launcher(env: MutableMapping[str, str] | None = None) -> str | None:
     """Name of the MPI-style launcher that started this process, if any.
 
@@ -50,7 +94,8 @@ def map_mpi_environment(env: MutableMapping[str, str] | None = None) -> bool:
     if local_rank in env:
         env.setdefault("LOCAL_RANK", env[local_rank])
     if local_size in env:
-        env.setdefault("LOCAL_WORLD_SIZE", env[local_size].split("(")[0].split(",")[0])
+        env.setdefault("LOCAL_WORLD_SIZE", env[local_size])
+    _slurm_fill(env)
     if env.get("WORLD_SIZE") == env.get("LOCAL_WORLD_SIZE"):
         # One node: every rank can agree on a rendezvous without being told.
         env.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -61,7 +106,8 @@ def map_mpi_environment(env: MutableMapping[str, str] | None = None) -> bool:
 def _port_for_job(env: MutableMapping[str, str]) -> int:
     """A port every rank of one job derives alike (from the job's id)."""
     job = env.get("OMPI_MCA_orte_hnp_uri") or env.get("PMIX_NAMESPACE") or \
-        env.get("SLURM_JOB_ID") or socket.gethostname()
+        (env.get("SLURM_JOB_ID", "") + "." + env.get("SLURM_STEP_ID", "")
+         if "SLURM_JOB_ID" in env else None) or socket.gethostname()
     return 20000 + sum(job.encode()) * 7919 % 20000
 
 

@@ -120,14 +120,58 @@ def test_map_torchrun_wins():
     assert env == before
 
 
+def slurm(**extra):
+    """What srun -n 6 over 3 nodes sets for global rank 3 (Slurm 22.05:
+    SLURM_TASKS_PER_NODE always, SLURM_NTASKS_PER_NODE only with
+    --ntasks-per-node)."""
+    return {"SLURM_PROCID": "3", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1",
+            "SLURM_NODEID": "1", "SLURM_TASKS_PER_NODE": "2(x3)",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x3)", "SLURM_STEP_NUM_NODES": "3",
+            "SLURM_STEP_NODELIST": "node[07-09]", "SLURM_JOB_NODELIST": "node[07-09]",
+            "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", **extra}
+
+
 def test_map_slurm():
-    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1",
-           "SLURM_NTASKS_PER_NODE": "2(x3)", "SLURM_JOB_ID": "42"}
+    env = slurm()
     assert _launch.mpi_launcher(env) == "srun"
     assert _launch.map_mpi_environment(env) is True
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == \
         ("3", "6", "1", "2")
-    assert "MASTER_ADDR" not in env  # several nodes
+    # Several nodes: the step's first node is the rendezvous, on a port every
+    # rank of the step derives alike.
+    assert env["MASTER_ADDR"] == "node07"
+    other = slurm(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
+    _launch.map_mpi_environment(other)
+    assert other["MASTER_PORT"] == env["MASTER_PORT"]
+
+
+def test_map_slurm_uneven_nodes_and_one_node():
+    env = slurm(SLURM_NTASKS="5", SLURM_NODEID="2", SLURM_STEP_TASKS_PER_NODE="2(x2),1")
+    _launch.map_mpi_environment(env)
+    assert env["LOCAL_WORLD_SIZE"] == "1"
+    # srun -n 2 on one node: a local rendezvous, as the issue's user tried.
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
+           "SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_NODELIST": "box", "SLURM_JOB_ID": "7"}
+    _launch.map_mpi_environment(env)
+    assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["MASTER_ADDR"]) == \
+        ("2", "2", "127.0.0.1")
+
+
+def test_map_srun_pmix_reads_the_size_from_slurm():
+    """srun --mpi=pmix: PMIx gives the rank, Slurm the size."""
+    env = slurm(PMIX_RANK="3", PMIX_NAMESPACE="slurm.pmix.42.0")
+    assert _launch.mpi_launcher(env) == "pmix"
+    _launch.map_mpi_environment(env)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == \
+        ("3", "6", "1", "2")
+
+
+def test_slurm_lists():
+    assert _launch.tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert _launch.tasks_per_node("4") == [4]
+    assert _launch.first_host("gpu[03-05,9],cpu1") == "gpu03"
+    assert _launch.first_host("cpu1,gpu[1-2]") == "cpu1"
+    assert _launch.first_host("box") == "box"
 
 
 def test_map_pmi_and_pmix():
@@ -158,6 +202,14 @@ def test_choose_transport(monkeypatch):
     assert pg_sparse.choose_transport() == ("mpi", "launched by mpirun")
     monkeypatch.setenv("PG_SPARSE_TRANSPORT", "gloo")
     assert pg_sparse.choose_transport() == ("gloo", "set by PG_SPARSE_TRANSPORT")
+    # A plain srun gives Open MPI no PMI: gloo, with the reason.
+    monkeypatch.delenv("PG_SPARSE_TRANSPORT")
+    monkeypatch.delenv("OMPI_COMM_WORLD_RANK")
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    transport, why = pg_sparse.choose_transport()
+    assert transport == "gloo" and "srun" in why and "pmix" in why
     # Backend options win over the environment.
     assert pg_sparse.choose_transport(pg_sparse.Options(transport="mpi"))[0] == "mpi"
     monkeypatch.setenv("PG_SPARSE_TRANSPORT", "nccl2")
