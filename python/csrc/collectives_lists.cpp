@@ -2,8 +2,6 @@
 // a short composition of the transport's allgather, allreduce and exchange:
 // correct for every dtype and shape first (gloo's own choice for most of
 // them), with the few bytes of extra traffic that costs.
-#include <c10/util/irange.h>
-
 #include "collectives.hpp"
 #include "status.hpp"
 
@@ -30,19 +28,21 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
   }
 }
 
-// Runs a batch of whole-tensor messages (rank j's tensor goes to or comes
-// from rank j); the entry of this rank is skipped.
+// One batch of whole-tensor messages: sends[j] goes to rank j, recvs[j]
+// comes from rank j. Entries left undefined (and this rank's own) are no
+// message.
 void exchange_tensors(pgs_comm_t* comm, const std::vector<at::Tensor>& sends,
-                      const std::vector<at::Tensor>& recvs,
-                      const std::vector<int>& send_peers,
-                      const std::vector<int>& recv_peers, const char* what) {
+                      const std::vector<at::Tensor>& recvs, const char* what) {
+  const int me = pgs_comm_rank(comm);
   std::vector<pgs_msg_t> s, r;
-  for (size_t i = 0; i < sends.size(); ++i)
-    if (sends[i].nbytes() > 0)
-      s.push_back({send_peers[i], sends[i].data_ptr(), sends[i].nbytes()});
-  for (size_t i = 0; i < recvs.size(); ++i)
-    if (recvs[i].nbytes() > 0)
-      r.push_back({recv_peers[i], recvs[i].data_ptr(), recvs[i].nbytes()});
+  auto add = [me](std::vector<pgs_msg_t>& msgs,
+                  const std::vector<at::Tensor>& ts) {
+    for (size_t j = 0; j < ts.size(); ++j)
+      if (static_cast<int>(j) != me && ts[j].defined() && ts[j].nbytes() > 0)
+        msgs.push_back({static_cast<int>(j), ts[j].data_ptr(), ts[j].nbytes()});
+  };
+  add(s, sends);
+  add(r, recvs);
   check(pgs_comm_exchange(comm, s.data(), static_cast<int>(s.size()), r.data(),
                           static_cast<int>(r.size())),
         what);
@@ -60,53 +60,35 @@ void run_reduce(pgs_comm_t* comm, const at::Tensor& t, RedOp op, int root) {
 
 void run_gather(pgs_comm_t* comm, const at::Tensor& in,
                 const std::vector<at::Tensor>& outs, int root) {
-  const int P = pgs_comm_size(comm), me = pgs_comm_rank(comm);
+  const int me = pgs_comm_rank(comm);
   if (me == root) {
-    std::vector<at::Tensor> recvs;
-    std::vector<int> peers;
-    for (int j = 0; j < P; ++j) {
-      if (j == me) continue;
-      recvs.push_back(outs[j]);
-      peers.push_back(j);
-    }
     outs[me].copy_(in.view_as(outs[me]));
-    exchange_tensors(comm, {}, recvs, {}, peers, "gather");
+    exchange_tensors(comm, {}, outs, "gather");
   } else {
-    exchange_tensors(comm, {in}, {}, {root}, {}, "gather");
+    std::vector<at::Tensor> to(pgs_comm_size(comm));
+    to[root] = in;
+    exchange_tensors(comm, to, {}, "gather");
   }
 }
 
 void run_scatter(pgs_comm_t* comm, const at::Tensor& out,
                  const std::vector<at::Tensor>& ins, int root) {
-  const int P = pgs_comm_size(comm), me = pgs_comm_rank(comm);
+  const int me = pgs_comm_rank(comm);
   if (me == root) {
-    std::vector<at::Tensor> sends;
-    std::vector<int> peers;
-    for (int j = 0; j < P; ++j) {
-      if (j == me) continue;
-      sends.push_back(ins[j]);
-      peers.push_back(j);
-    }
     out.copy_(ins[me].view_as(out));
-    exchange_tensors(comm, sends, {}, peers, {}, "scatter");
+    exchange_tensors(comm, ins, {}, "scatter");
   } else {
-    exchange_tensors(comm, {}, {out}, {}, {root}, "scatter");
+    std::vector<at::Tensor> from(pgs_comm_size(comm));
+    from[root] = out;
+    exchange_tensors(comm, {}, from, "scatter");
   }
 }
 
 void run_alltoall_list(pgs_comm_t* comm, const std::vector<at::Tensor>& outs,
                        const std::vector<at::Tensor>& ins) {
-  const int P = pgs_comm_size(comm), me = pgs_comm_rank(comm);
-  std::vector<at::Tensor> sends, recvs;
-  std::vector<int> peers;
-  for (int j = 0; j < P; ++j) {
-    if (j == me) continue;
-    sends.push_back(ins[j]);
-    recvs.push_back(outs[j]);
-    peers.push_back(j);
-  }
+  const int me = pgs_comm_rank(comm);
   outs[me].copy_(ins[me].view_as(outs[me]));
-  exchange_tensors(comm, sends, recvs, peers, peers, "alltoall");
+  exchange_tensors(comm, ins, outs, "alltoall");
 }
 
 void run_allreduce_coalesced(pgs_comm_t* comm,

@@ -9,9 +9,7 @@
  * MPI call goes through PGS_MPI_CHECK_GOTO, the one place where an MPI error
  * code becomes PGS_ERR_COMM (after its text is logged to stderr).
  *
- * The user's messages (isend/irecv) are one MPI request each, with the
- * user's tag, on the same duplicate: the torch shim gives them a
- * communicator of their own, so they never meet the exchanges' tag.
+ * The user's messages (isend/irecv) are in mpi_p2p.c.
  *
  * Host memory only (PGS_MEM_HOST). Steady-state calls do not allocate: the
  * request arrays of the exchange slots and the int count arrays of
@@ -28,7 +26,7 @@
 
 #include <pg_sparse/comm_mpi.h>
 
-#include "comm/mpi_half.h"
+#include "comm/mpi_internal.h"
 
 /* Open MPI's extensions declare MPIX_Query_cuda_support where built in. */
 #if defined(__has_include)
@@ -51,7 +49,7 @@
 #define PGS_MPI_BCAST_CHUNK ((size_t)1 << 30)
 
 /* Logs the MPI error text and maps it: the single translation point. */
-static int pgs_mpi_error(int rc, const char *call, const char *file, int line) {
+int pgs_mpi_error(int rc, const char *call, const char *file, int line) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
@@ -60,37 +58,6 @@ static int pgs_mpi_error(int rc, const char *call, const char *file, int line) {
           text);
   return PGS_ERR_COMM;
 }
-
-#define PGS_MPI_CHECK_GOTO(call, status, label)                         \
-  do {                                                                  \
-    int pgs_mpi_rc_ = (call);                                           \
-    if (pgs_mpi_rc_ != MPI_SUCCESS) {                                   \
-      (status) = pgs_mpi_error(pgs_mpi_rc_, #call, __FILE__, __LINE__); \
-      goto label;                                                       \
-    }                                                                   \
-  } while (0)
-
-/* Requests of one exchange slot. The receives are posted first, so the
- * first nrecvs requests are receives (the only ones that may be cancelled
- * when a batch is abandoned). */
-typedef struct pgs_mpi_slot {
-  MPI_Request *reqs;
-  int cap;
-  int nreqs;
-  int nrecvs;
-} pgs_mpi_slot_t;
-
-typedef struct pgs_mpi {
-  MPI_Comm comm; /* our duplicate; MPI_COMM_NULL until creation completes */
-  int rank;
-  int size;
-  int *counts; /* allgatherv counts and displacements as MPI ints */
-  int *displs;
-  pgs_mpi_slot_t slots[PGS_COMM_SLOTS];
-  pgs_mpi_half_ops_t half; /* fp16/bf16 reductions of this communicator */
-  /* Set by the abort entry from any thread; the wait loop reads it. */
-  atomic_int aborted;
-} pgs_mpi_t;
 
 /* dtype and op tables: designated by our enum values, so their order cannot
  * drift from types.h; an entry left out reads as { .ok = 0 }, the
@@ -138,7 +105,7 @@ static int pgs_mpi_lookup(const pgs_mpi_t *m, pgs_dtype_t dtype, pgs_redop_t op,
  * that is (bytes, MPI_BYTE); above, it is one element of a committed derived
  * type of 1 MiB blocks plus the remainder, which the caller frees once the
  * operation is posted (MPI keeps it alive until pending operations end). */
-static int pgs_mpi_bytes_type(size_t bytes, int *count, MPI_Datatype *type) {
+int pgs_mpi_bytes_type(size_t bytes, int *count, MPI_Datatype *type) {
   if (bytes <= (size_t)INT_MAX) {
     *count = (int)bytes;
     *type = MPI_BYTE;
@@ -175,7 +142,7 @@ out:
   return status;
 }
 
-static void pgs_mpi_free_type(MPI_Datatype *type) {
+void pgs_mpi_free_type(MPI_Datatype *type) {
   if (*type != MPI_BYTE && *type != MPI_DATATYPE_NULL) MPI_Type_free(type);
 }
 
@@ -459,106 +426,6 @@ static int pgs_mpi_abort(void *impl) {
   pgs_mpi_t *m = impl;
   atomic_store(&m->aborted, 1);
   return PGS_OK;
-}
-
-/* --- point-to-point: one request per user message ---------------------- */
-
-typedef struct pgs_mpi_req {
-  MPI_Request req;
-  int is_recv;
-  int source; /* the sender, once a receive has finished */
-} pgs_mpi_req_t;
-
-/* Polls a cancelled receive this long for MPI to confirm before letting go
- * of it: a receive already matched to a message in flight cannot be
- * cancelled, and a dead sender would make MPI_Wait block for ever. */
-#define PGS_MPI_CANCEL_POLLS 10000
-
-/* Whether @p tag is one MPI accepts (the standard only promises 32767). */
-static int pgs_mpi_tag_ok(MPI_Comm comm, int tag) {
-  int *tag_ub = NULL, has_ub = 0;
-  if (MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &has_ub) != MPI_SUCCESS)
-    return 0;
-  return !has_ub || tag <= *tag_ub;
-}
-
-static int pgs_mpi_p2p(pgs_mpi_t *m, void *buf, size_t bytes, int peer, int tag,
-                       int is_recv, void **out) {
-  if (!pgs_mpi_tag_ok(m->comm, tag)) return PGS_ERR_INVALID;
-  int status = PGS_OK;
-  pgs_mpi_req_t *r = malloc(sizeof(*r));
-  if (r == NULL) return PGS_ERR_NO_MEMORY;
-  r->req = MPI_REQUEST_NULL;
-  r->is_recv = is_recv;
-  r->source = peer;
-  if (peer == PGS_ANY_SOURCE) peer = MPI_ANY_SOURCE;
-  int count = 0;
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  status = pgs_mpi_bytes_type(bytes, &count, &type);
-  if (status != PGS_OK) goto fail;
-  if (is_recv)
-    PGS_MPI_CHECK_GOTO(MPI_Irecv(buf, count, type, peer, tag, m->comm, &r->req),
-                       status, fail_type);
-  else
-    PGS_MPI_CHECK_GOTO(MPI_Isend(buf, count, type, peer, tag, m->comm, &r->req),
-                       status, fail_type);
-  pgs_mpi_free_type(&type);
-  *out = r;
-  return PGS_OK;
-
-fail_type:
-  pgs_mpi_free_type(&type);
-fail:
-  free(r);
-  return status;
-}
-
-static int pgs_mpi_isend(void *impl, const void *buf, size_t bytes, int peer,
-                         int tag, void *after, void **req) {
-  (void)after; /* host memory: nothing to wait for */
-  return pgs_mpi_p2p(impl, (void *)buf, bytes, peer, tag, 0, req);
-}
-
-static int pgs_mpi_irecv(void *impl, void *buf, size_t bytes, int peer, int tag,
-                         void *after, void **req) {
-  (void)after;
-  return pgs_mpi_p2p(impl, buf, bytes, peer, tag, 1, req);
-}
-
-static int pgs_mpi_test(void *impl, void *req, int *done) {
-  (void)impl;
-  pgs_mpi_req_t *r = req;
-  int status = PGS_OK;
-  MPI_Status st;
-  PGS_MPI_CHECK_GOTO(MPI_Test(&r->req, done, &st), status, out);
-  if (*done && r->is_recv) r->source = st.MPI_SOURCE;
-out:
-  return status;
-}
-
-static int pgs_mpi_source(void *impl, void *req) {
-  (void)impl;
-  return ((const pgs_mpi_req_t *)req)->source;
-}
-
-/* A finished request is MPI_REQUEST_NULL already. A pending receive is
- * cancelled so MPI stops writing into the caller's buffer; a pending send is
- * released to complete on its own (Open MPI cannot cancel sends). */
-static void pgs_mpi_cancel(void *impl, void *req) {
-  (void)impl;
-  pgs_mpi_req_t *r = req;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && r->req != MPI_REQUEST_NULL && r->is_recv) {
-    (void)MPI_Cancel(&r->req);
-    int done = 0;
-    for (int i = 0; i < PGS_MPI_CANCEL_POLLS && !done; ++i) {
-      if (MPI_Test(&r->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-      if (!done) sched_yield();
-    }
-  }
-  if (!finalized && r->req != MPI_REQUEST_NULL) (void)MPI_Request_free(&r->req);
-  free(r);
 }
 
 static const pgs_comm_vtable_t pgs_mpi_vtable = {
