@@ -254,7 +254,7 @@ int pgs_comm_nccl_create(const void *id, int rank, int size,
     memcpy(&uid, id, sizeof(uid));
     ncclResult_t r = ncclCommInitRank(&c->comm, size, uid, rank);
     if (r != ncclSuccess) {
-      fprintf(stderr, "pg_sparse: ncclCommInitRank: %s\n",
+      pgs_log(PGS_LOG_ERROR, "nccl", "ncclCommInitRank: %s",
               ncclGetErrorString(r));
       c->comm = NULL;
       st = PGS_ERR_COMM;

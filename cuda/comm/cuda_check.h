@@ -5,15 +5,15 @@
 
 #include <cuda_runtime.h>
 #include <pg_sparse/status.h>
-#include <stdio.h>
+#include <pg_sparse/log.h>
 
-#define CUDA_TRY(call)                                                       \
-  do {                                                                       \
-    cudaError_t e_ = (call);                                                 \
-    if (e_ != cudaSuccess) {                                                 \
-      fprintf(stderr, "pg_sparse: %s: %s\n", #call, cudaGetErrorString(e_)); \
-      return PGS_ERR_DEVICE;                                                 \
-    }                                                                        \
+#define CUDA_TRY(call)                                                         \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      pgs_log(PGS_LOG_ERROR, "cuda", "%s: %s", #call, cudaGetErrorString(e_)); \
+      return PGS_ERR_DEVICE;                                                   \
+    }                                                                          \
   } while (0)
 
 /* Makes @p device current for a call that may come from any thread (the

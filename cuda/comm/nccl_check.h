@@ -6,15 +6,15 @@
 
 #include <nccl.h>
 #include <pg_sparse/status.h>
-#include <stdio.h>
+#include <pg_sparse/log.h>
 
-#define NCCL_TRY(call)                                                       \
-  do {                                                                       \
-    ncclResult_t r_ = (call);                                                \
-    if (r_ != ncclSuccess && r_ != ncclInProgress) {                         \
-      fprintf(stderr, "pg_sparse: %s: %s\n", #call, ncclGetErrorString(r_)); \
-      return PGS_ERR_COMM;                                                   \
-    }                                                                        \
+#define NCCL_TRY(call)                                                         \
+  do {                                                                         \
+    ncclResult_t r_ = (call);                                                  \
+    if (r_ != ncclSuccess && r_ != ncclInProgress) {                           \
+      pgs_log(PGS_LOG_ERROR, "nccl", "%s: %s", #call, ncclGetErrorString(r_)); \
+      return PGS_ERR_COMM;                                                     \
+    }                                                                          \
   } while (0)
 
 #endif /* PGS_CUDA_COMM_NCCL_CHECK_H */

@@ -32,7 +32,7 @@ int pgs_nccl_pair_create(const void *id, int sender, pgs_nccl_pair_t **out) {
   ncclResult_t r =
       ncclCommInitRankConfig(&p->comm, 2, uid, p->sender ? 0 : 1, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
-    fprintf(stderr, "pg_sparse: ncclCommInitRankConfig: %s\n",
+    pgs_log(PGS_LOG_ERROR, "nccl", "ncclCommInitRankConfig: %s",
             ncclGetErrorString(r));
     if (p->comm != NULL) ncclCommAbort(p->comm);
     cudaStreamDestroy(p->stream);
@@ -49,7 +49,7 @@ int pgs_nccl_pair_test(pgs_nccl_pair_t *p, int *busy) {
   NCCL_TRY(ncclCommGetAsyncError(p->comm, &state));
   *busy = state == ncclInProgress;
   if (state != ncclSuccess && state != ncclInProgress) {
-    fprintf(stderr, "pg_sparse: point-to-point NCCL communicator: %s\n",
+    pgs_log(PGS_LOG_ERROR, "nccl", "point-to-point NCCL communicator: %s",
             ncclGetErrorString(state));
     return PGS_ERR_COMM;
   }

@@ -16,7 +16,6 @@ package (/usr/share/games/fortunes: quotations, jokes, poems; about 2 MB).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,10 @@ import numpy as np
 import torch
 from torch import nn
 
+import pg_sparse
+
 SEQ = 32  # characters per language-model sequence
-FORTUNES = Path(os.environ.get("PG_SPARSE_FORTUNES", "/usr/share/games/fortunes"))
+FORTUNES = Path(str(pg_sparse.param("PG_SPARSE_FORTUNES")))
 
 
 @dataclass

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "cuda_side.hpp"
+#include "params.hpp"
 #include "status.hpp"
 
 extern "C" {
@@ -35,9 +36,10 @@ void move_to_cuda(SparseBucket::State& s, const std::shared_ptr<CudaSide>& side,
         "reading the residual");
   check(pgs_bucket_get_state(s.bucket, &st, bounds.data()), "reading state");
   pgs_bucket_t* b = nullptr;
-  check(pgs_bucket_create(&s.config, cuda_comm(*side), cuda_ops(*side),
-                          static_cast<size_t>(n), &b),
-        "creating a sparse bucket on the GPU");
+  const int created = pgs_bucket_create(
+      &s.config, cuda_comm(*side), cuda_ops(*side), static_cast<size_t>(n), &b);
+  check(created, "creating a sparse bucket on the GPU",
+        created == PGS_ERR_INVALID ? invalid_params() : std::string());
   int rc = pgs_bucket_set_residual(b, resid.data());
   if (rc == PGS_OK)
     rc = pgs_bucket_set_state(b, &st, st.have_bounds ? bounds.data() : nullptr);
@@ -101,6 +103,11 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   state_->config = c;
   int st = pgs_bucket_create(&c, state_->comm.get(), pgs_ops_cpu(),
                              static_cast<size_t>(numel), &state_->bucket);
+  const std::string bad_env =
+      st == PGS_ERR_INVALID ? invalid_params() : std::string();
+  TORCH_CHECK_VALUE(bad_env.empty(), "pg_sparse: creating a sparse bucket: ",
+                    "invalid parameter ", bad_env,
+                    " (see `python -m pg_sparse params`)");
   if (st == PGS_ERR_INVALID)
     TORCH_CHECK_VALUE(false, "pg_sparse: invalid sparse settings (density ",
                       config.density, " must be in (0, 1], tau and tau_prime ",
@@ -160,42 +167,9 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
       c10d::kUnsetTimeout, route.dev);
 }
 
-std::map<std::string, double> SparseBucket::stats() const {
+pgs_stats_t SparseBucket::stats() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  const pgs_stats_t& s = state_->last;
-  double sent = 0, recv = 0, time = 0;
-  for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
-    sent += s.words_sent[p];
-    recv += s.words_recv[p];
-    time += s.time_s[p];
-  }
-  return {{"step", (double)s.step},
-          {"dense", (double)s.dense},
-          {"n", (double)s.n},
-          {"k", (double)s.k},
-          {"local_selected", (double)s.local_selected},
-          {"global_selected", (double)s.global_selected},
-          {"density", s.n ? (double)s.global_selected / s.n : 0.0},
-          {"local_recomputed", (double)s.local_recomputed},
-          {"global_recomputed", (double)s.global_recomputed},
-          {"repartitioned", (double)s.repartitioned},
-          {"capped", (double)s.capped},
-          {"trimmed", (double)s.trimmed},
-          {"local_threshold", s.local_threshold},
-          {"global_threshold", s.global_threshold},
-          {"words_sent", sent},
-          {"words_recv", recv},
-          {"bytes_sent", 4 * sent + s.ctrl_bytes_sent},
-          {"bytes_recv", 4 * recv + s.ctrl_bytes_recv},
-          {"time_s", time},
-          {"time_select_s", s.time_s[PGS_PHASE_SELECT]},
-          {"time_reduce_s", s.time_s[PGS_PHASE_REDUCE]},
-          {"time_gather_s", s.time_s[PGS_PHASE_GATHER]},
-          {"transport_calls", (double)s.transport_calls},
-          {"host_syncs", (double)s.host_syncs},
-          {"candidates", (double)s.candidates},
-          {"words_lower_bound", s.words_lower_bound},
-          {"words_upper_bound", s.words_upper_bound}};
+  return state_->last;
 }
 
 std::map<std::string, std::vector<int64_t>> SparseBucket::phase_words() const {

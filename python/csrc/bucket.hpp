@@ -38,8 +38,8 @@ class SparseBucket {
   // In-place average of @p t (fp32, fp16 or bf16; residual kept in fp32).
   c10::intrusive_ptr<c10d::Work> allreduce(const at::Tensor& t);
 
-  // Statistics of the last completed call, as name -> value.
-  std::map<std::string, double> stats() const;
+  // Statistics of the last completed call (stats_dict() makes the dict).
+  pgs_stats_t stats() const;
   std::map<std::string, std::vector<int64_t>> phase_words() const;
 
   at::Tensor residual() const;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "params.hpp"
 #include "status.hpp"
 
 #include <pg_sparse/comm_nccl.h>
@@ -39,12 +40,7 @@ class CudaSide {
         device_(device),
         stream_(c10::cuda::getStreamFromPool(
             /*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
-    const char* env = std::getenv("PG_SPARSE_CUDA_TRANSPORT");
-    kind_ = env != nullptr ? env : "nccl";
-    TORCH_CHECK(kind_ == "nccl" || kind_ == "mpi" || kind_ == "mpi-staged",
-                "pg_sparse: PG_SPARSE_CUDA_TRANSPORT must be nccl, mpi or "
-                "mpi-staged, got '",
-                kind_, "'");
+    kind_ = param_string(PGS_PARAM_CUDA_TRANSPORT);
   }
   ~CudaSide() {
     comm_.reset();

@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "bucket.hpp"
+#include "bindings.hpp"
 #include "ops_bindings.hpp"
 #include "transports.hpp"
 
@@ -105,8 +106,15 @@ PYBIND11_MODULE(_C, m) {
       .def("allreduce", &SparseBucket::allreduce, py::arg("tensor"),
            py::call_guard<py::gil_scoped_release>())
       // These wait for the bucket's lock, which a running allreduce holds.
-      .def("stats", &SparseBucket::stats,
-           py::call_guard<py::gil_scoped_release>())
+      .def("stats",
+           [](const SparseBucket& b) {
+             pgs_stats_t s;
+             {
+               py::gil_scoped_release nogil;
+               s = b.stats();
+             }
+             return stats_dict(s);
+           })
       .def("phase_words", &SparseBucket::phase_words,
            py::call_guard<py::gil_scoped_release>())
       .def("residual", &SparseBucket::residual,
@@ -129,4 +137,7 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("numel", &SparseBucket::numel);
   bind_ops(m);
+  bind_log(m);
+  bind_params(m);
+  bind_vocab(m);
 }

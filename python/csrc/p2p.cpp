@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "backend.hpp"
+#include "params.hpp"
 #include "status.hpp"
 
 namespace pg_sparse {
@@ -20,7 +21,12 @@ std::exception_ptr backend_error(const std::string& why) {
 
 PointToPoint::PointToPoint(int rank, std::chrono::milliseconds timeout,
                            Deliver deliver)
-    : rank_(rank), timeout_(timeout), deliver_(std::move(deliver)) {
+    : rank_(rank),
+      timeout_(timeout),
+      deliver_(std::move(deliver)),
+      nap_min_(param_int(PGS_PARAM_P2P_NAP_MIN_US)),
+      nap_busy_(param_int(PGS_PARAM_P2P_NAP_BUSY_US)),
+      nap_max_(param_int(PGS_PARAM_P2P_NAP_MAX_US)) {
   thread_ = std::thread(&PointToPoint::loop, this);
 }
 
@@ -95,7 +101,7 @@ bool PointToPoint::sweep(Finished& out) {
 void PointToPoint::loop() {
   using namespace std::chrono_literals;
   std::unique_lock<std::mutex> lock(mutex_);
-  auto nap = std::chrono::microseconds(20);
+  auto nap = nap_min_;
   for (;;) {
     // Test often while a message is in flight, else sleep until one comes.
     if (pending_.empty())
@@ -107,14 +113,15 @@ void PointToPoint::loop() {
     Finished finished;
     const bool moved = sweep(finished);
     // A message finishing on the device is only seen by a test: poll at
-    // most 50 us apart while messages move (a 64 MB exchange takes 0.3 ms
-    // over NVLink), and back off to 1 ms once nothing has moved for 10 ms
-    // (a receive posted long before its send).
+    // most nap_busy_ (50 us) apart while messages move (a 64 MB exchange
+    // takes 0.3 ms over NVLink), and back off to nap_max_ (1 ms) once
+    // nothing has moved for 10 ms (a receive posted long before its send).
     const auto now = Clock::now();
     if (moved) last_move_ = now;
-    const auto cap = now - last_move_ < 10ms ? std::chrono::microseconds(50)
-                                             : std::chrono::microseconds(1000);
-    nap = moved ? std::chrono::microseconds(20) : std::min(nap * 2, cap);
+    const auto cap = now - last_move_ < 10ms ? nap_busy_ : nap_max_;
+    nap = moved
+              ? nap_min_
+              : std::min(std::max(nap * 2, std::chrono::microseconds(1)), cap);
     if (finished.empty()) continue;
     lock.unlock();
     for (auto& [work, error] : finished) deliver_(work, error);

@@ -88,6 +88,8 @@ class PointToPoint {
   // for 10 ms after it.
   std::chrono::steady_clock::time_point last_move_;
   bool kick_ = false;  // a new message: sweep without waiting out the nap
+  // Sleeps of the progress thread (PG_SPARSE_P2P_NAP_*_US).
+  const std::chrono::microseconds nap_min_, nap_busy_, nap_max_;
   bool stop_ = false;
   std::thread thread_;
 };

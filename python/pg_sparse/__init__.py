@@ -13,11 +13,29 @@ import torch.distributed as dist
 from . import _C, hooks
 from ._backend import Options, choose_transport, create_backend
 from ._launch import map_mpi_environment, mpi_launcher, tune_open_mpi
+from ._log import configure_logging
+from ._params import Param, check_params, format_params, param, params
 from .state import ALGORITHMS, SparseState
 
-__all__ = ["ALGORITHMS", "Options", "SparseState", "hooks", "choose_transport",
-           "map_mpi_environment", "mpi_launcher", "tune_open_mpi"]
+__all__ = ["ALGORITHMS", "Options", "Param", "SparseState", "algorithms", "check_params",
+           "choose_transport", "format_params", "hooks", "map_mpi_environment",
+           "mpi_launcher", "param", "params", "stats_docs", "tune_open_mpi"]
 __version__ = "0.1.0"
+
+
+def algorithms() -> tuple[str, ...]:
+    """The sparse allreduce algorithms, from the C core's table."""
+    return ALGORITHMS
+
+
+def stats_docs() -> dict[str, str]:
+    """One doc line per key of a bucket's statistics (``SparseState.stats()``)."""
+    return dict(_C._stats_docs())
+
+
+# The C core's messages and ours go to logging.getLogger("pg_sparse"), with
+# only a NullHandler unless PG_SPARSE_LOG asks for output.
+configure_logging()
 
 # Under mpirun, torch's env:// rendezvous needs RANK/WORLD_SIZE/...: derive
 # them from the launcher before the user calls init_process_group.

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from . import _C
 from ._launch import mpi_launcher
+from ._params import check_params, param
 
 logger = logging.getLogger("pg_sparse")
 _TRANSPORTS = ("mpi", "gloo")
@@ -35,8 +36,8 @@ def choose_transport(options: Any = None) -> tuple[str, str]:
     Open MPI when an MPI launcher started us, else gloo (torchrun)."""
     forced = getattr(options, "transport", "auto") if options is not None else "auto"
     reason = "pg_options"
-    if forced == "auto" and os.environ.get("PG_SPARSE_TRANSPORT"):
-        forced, reason = os.environ["PG_SPARSE_TRANSPORT"], "PG_SPARSE_TRANSPORT"
+    if forced == "auto" and param("PG_SPARSE_TRANSPORT") != "auto":
+        forced, reason = str(param("PG_SPARSE_TRANSPORT")), "PG_SPARSE_TRANSPORT"
     if forced != "auto":
         if forced not in _TRANSPORTS:
             raise ValueError(f"pg_sparse: unknown transport {forced!r} "
@@ -57,16 +58,13 @@ def _log_once(rank: int, transport: str, why: str) -> None:
     if _logged or rank != 0:
         return
     _logged = True
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[pg_sparse] %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
     logger.info("transport %s (%s)", transport, why)
 
 
 def create_backend(dist_options: Any, backend_options: Any = None) -> Any:
     """Extended-API creator: build the transport, then the C++ backend."""
+    # A bad PG_SPARSE_* variable fails here, on every rank, naming it.
+    check_params()
     transport, why = choose_transport(backend_options)
     # torchrun keeps one store across restarts (its TCPStore is shared
     # between rendezvous rounds) while the worker keys are not per round:
@@ -78,12 +76,14 @@ def create_backend(dist_options: Any, backend_options: Any = None) -> Any:
     if transport == "gloo":
         # Torch wheels ship no gloo headers, so the inner backend is built
         # here and handed to C++ as a c10d::Backend.
-        # gloo's own timeout comes 10 s after ours, so a stuck call fails
-        # once, with the backend's watchdog message.
+        # gloo's own timeout comes PG_SPARSE_GLOO_TIMEOUT_SLACK_S (10 s)
+        # after ours, so a stuck call fails once, with the backend's
+        # watchdog message.
         store = dist.PrefixStore("pg_sparse_inner/", dist_options.store)
+        slack = timedelta(seconds=float(param("PG_SPARSE_GLOO_TIMEOUT_SLACK_S")))
         inner = dist.ProcessGroupGloo(store, dist_options.group_rank,
                                       dist_options.group_size,
-                                      dist_options.timeout + timedelta(seconds=10))
+                                      dist_options.timeout + slack)
     backend = _C._create_backend(dist_options, transport, inner)
     # Global rank 0 logs (a sub-group's rank 0 may be any process).
     members = list(dist_options.global_ranks_in_group)

@@ -13,8 +13,8 @@ import torch.distributed as dist
 from . import _C
 from ._buffers import ParamBuffers
 
-ALGORITHMS: tuple[str, ...] = ("dense", "topka", "topkdsa", "gtopk",
-                               "gaussiank", "oktopk")
+# The core's algorithm table (PGS_ALGO_MAP in bucket.h), in its order.
+ALGORITHMS: tuple[str, ...] = tuple(_C._algorithms())
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
                 "density_warmup_start", "wire_dtype", "nonfinite", "precondition", "betas",

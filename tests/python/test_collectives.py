@@ -13,9 +13,10 @@ CONFIGS = {
     "torchrun-P2": ("torchrun", 2, {}),
     "torchrun-P3": ("torchrun", 3, {}),
     "mpirun-P2": ("mpirun", 2, {}),
-    "mpirun-P3": ("mpirun", 3, {}),
+    # info level: test_launch reads the transport line rank 0 logs.
+    "mpirun-P3": ("mpirun", 3, {"PG_SPARSE_LOG": "info"}),
     "mpirun-P4": ("mpirun", 4, {}),
-    "mpirun-P2-gloo": ("mpirun", 2, {"PG_SPARSE_TRANSPORT": "gloo"}),
+    "mpirun-P2-gloo": ("mpirun", 2, {"PG_SPARSE_TRANSPORT": "gloo", "PG_SPARSE_LOG": "info"}),
 }
 JOB_TIMEOUT = 100
 

@@ -77,35 +77,45 @@ typedef enum pgs_phase {
   PGS_PHASE_COUNT = 3,
 } pgs_phase_t;
 
-/** What the last call did. Words are 4-byte units of the data plane (an
- *  index or an fp32 value; a 16-bit value is half a word); control traffic
- *  (counts, histograms) is in bytes. */
+/** What the last call did: the scalar fields, X(type, name, doc), defined
+ *  once so the shim and Python generate their typed views from this list.
+ *  Words are 4-byte units of the data plane (an index or an fp32 value; a
+ *  16-bit value is half a word); control traffic (counts, histograms) is in
+ *  bytes. */
+#define PGS_STATS_MAP(X)                                                    \
+  X(int64_t, step, "0-based call counter of this bucket")                   \
+  X(int, dense, "the call ran dense (warm-up or algo dense)")               \
+  X(int64_t, n, "bucket size")                                              \
+  X(int64_t, k, "target count of entries")                                  \
+  X(int64_t, local_selected, "entries this rank contributed")               \
+  X(int64_t, global_selected,                                               \
+    "pairs applied to the output: |G| for oktopk and gtopk, the union for " \
+    "topkdsa, the sum over ranks for topka and gaussiank")                  \
+  X(int, local_recomputed, "exact local threshold this call")               \
+  X(int, global_recomputed, "exact global threshold this call")             \
+  X(int, repartitioned, "oktopk regions recomputed this call")              \
+  X(int64_t, capped, "local picks held back by volume caps")                \
+  X(int64_t, trimmed, "global picks held back by the volume cap")           \
+  X(double, local_threshold, "the local threshold used")                    \
+  X(double, global_threshold, "the global threshold used")                  \
+  X(int64_t, ctrl_bytes_sent, "control bytes sent (counts, histograms)")    \
+  X(int64_t, ctrl_bytes_recv, "control bytes received")                     \
+  X(int64_t, transport_calls, "collectives and exchanges this call made")   \
+  X(int64_t, host_syncs, "waits of the host for the device")                \
+  X(int, candidates,                                                        \
+    "oktopk: the local selection came from the fused pass's candidate "     \
+    "list, no extra pass")                                                  \
+  X(double, words_lower_bound, "2k(P-1)/P: Ok-Topk's lower bound")          \
+  X(double, words_upper_bound,                                              \
+    "6k(P-1)/P: Ok-Topk's cap, reported for every algorithm as a yardstick")
+
 typedef struct pgs_stats {
-  int64_t step;            /**< 0-based call counter of this bucket */
-  int dense;               /**< the call ran dense (warm-up or algo dense) */
-  int64_t n, k;            /**< bucket size and target count */
-  int64_t local_selected;  /**< entries this rank contributed */
-  int64_t global_selected; /**< pairs applied to the output: |G| for
-                                oktopk and gtopk, the union for topkdsa, the
-                                sum over ranks for topka and gaussiank */
-  int local_recomputed;    /**< exact local threshold this call */
-  int global_recomputed;   /**< exact global threshold this call */
-  int repartitioned;       /**< oktopk regions recomputed this call */
-  int64_t capped;          /**< local picks held back by volume caps */
-  int64_t trimmed;         /**< global picks held back by the volume cap */
-  double local_threshold;
-  double global_threshold;
-  int64_t words_sent[PGS_PHASE_COUNT];
-  int64_t words_recv[PGS_PHASE_COUNT];
-  int64_t ctrl_bytes_sent, ctrl_bytes_recv;
-  double time_s[PGS_PHASE_COUNT];
-  int64_t transport_calls;  /**< collectives and exchanges this call made */
-  int64_t host_syncs;       /**< waits of the host for the device */
-  int candidates;           /**< oktopk: the local selection came from the
-                                 fused pass's candidate list, no extra pass */
-  double words_lower_bound; /**< 2k(P-1)/P: Ok-Topk's lower bound */
-  double words_upper_bound; /**< 6k(P-1)/P: Ok-Topk's cap, reported for
-                                 every algorithm as a yardstick */
+#define PGS_STATS_FIELD_(type, name, doc) type name;
+  PGS_STATS_MAP(PGS_STATS_FIELD_)
+#undef PGS_STATS_FIELD_
+  int64_t words_sent[PGS_PHASE_COUNT]; /**< data words sent, per phase */
+  int64_t words_recv[PGS_PHASE_COUNT]; /**< data words received, per phase */
+  double time_s[PGS_PHASE_COUNT];      /**< seconds, per phase */
 } pgs_stats_t;
 
 typedef struct pgs_bucket pgs_bucket_t;

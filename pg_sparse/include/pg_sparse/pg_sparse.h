@@ -6,7 +6,9 @@
 
 #include <pg_sparse/bucket.h>
 #include <pg_sparse/comm.h>
+#include <pg_sparse/log.h>
 #include <pg_sparse/ops.h>
+#include <pg_sparse/param.h>
 #include <pg_sparse/status.h>
 #include <pg_sparse/types.h>
 

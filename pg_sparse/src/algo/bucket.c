@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <pg_sparse/log.h>
+
 #include "algo/algo_internal.h"
 
 static const pgs_algo_vtable_t *const algo_table[PGS_ALGO_COUNT] = {
@@ -121,9 +123,14 @@ int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
     st = b->algo->init(b);
     if (st != PGS_OK) goto fail;
   }
+  pgs_log(PGS_LOG_DEBUG, "bucket",
+          "bucket of %zu values: %s, k = %lld, rank %d of %d", n,
+          pgs_algo_name(config->algo), (long long)b->k, b->rank, b->size);
   *out = b;
   return PGS_OK;
 fail:
+  pgs_log(PGS_LOG_DEBUG, "bucket", "bucket of %zu values not created: %s", n,
+          pgs_status_string(st));
   pgs_bucket_destroy(b);
   return st;
 }

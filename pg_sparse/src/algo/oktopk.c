@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pg_sparse/param.h>
+
 #include "algo/oktopk.h"
 
 /* The candidate list of one call: every entry of the accumulator with
@@ -22,8 +24,7 @@
  * error feedback piles mass just below the threshold, and how much depends
  * on the data. */
 enum { CAND_CAP = 8 };
-#define CAND_SLACK_INIT 0.8f
-#define CAND_SLACK_MIN 0.25f
+#define CAND_SLACK_MIN 0.25f /* PG_SPARSE_OKTOPK_CAND_SLACK's minimum too */
 
 static void oktopk_fini(pgs_bucket_t *b) {
   oktopk_state_t *s = b->algo_state;
@@ -43,13 +44,26 @@ static void oktopk_fini(pgs_bucket_t *b) {
   b->algo_state = NULL;
 }
 
+/* The tunables of the parameter table, read once per bucket. */
+static int read_params(oktopk_state_t *s) {
+  double down = 0, up = 0, slack = 0;
+  int st = pgs_param_float(PGS_PARAM_OKTOPK_NUDGE_DOWN, &down);
+  if (st == PGS_OK) st = pgs_param_float(PGS_PARAM_OKTOPK_NUDGE_UP, &up);
+  if (st == PGS_OK) st = pgs_param_float(PGS_PARAM_OKTOPK_CAND_SLACK, &slack);
+  s->nudge_down = (float)down;
+  s->nudge_up = (float)up;
+  s->cand_slack = (float)slack;
+  return st;
+}
+
 static int oktopk_init(pgs_bucket_t *b) {
   oktopk_state_t *s = calloc(1, sizeof(*s));
   if (s == NULL) return PGS_ERR_NO_MEMORY;
   b->algo_state = s;
   s->thr_local = -1.0f;
   s->thr_global = -1.0f;
-  s->cand_slack = CAND_SLACK_INIT;
+  int st = read_params(s);
+  if (st != PGS_OK) return st;
   const size_t P = (size_t)b->size;
   s->info = calloc(3 * P, sizeof(int64_t));
   s->held = calloc(P, sizeof(int64_t));
@@ -58,7 +72,7 @@ static int oktopk_init(pgs_bucket_t *b) {
   s->msgs = calloc(4 * P, sizeof(pgs_msg_t));
   if (!s->info || !s->held || !s->cuts || !s->hist || !s->msgs)
     return PGS_ERR_NO_MEMORY;
-  int st = pgs_split_init(&s->split, b->rank, b->size);
+  st = pgs_split_init(&s->split, b->rank, b->size);
   s->split.as_list = 1; /* phase 2 reads only the reduced pairs */
   return st;
 }

@@ -282,7 +282,7 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   int st = global_threshold(b, s, sparse_step, &thr, &T);
   if (st != PGS_OK) return st;
   /* Every rank sees the same T, so the nudged threshold stays common. */
-  s->thr_global = pgs_oktopk_nudge(thr, T, b->k, 1.01f, 1.008f);
+  s->thr_global = pgs_oktopk_nudge(thr, T, b->k, s->nudge_down, s->nudge_up);
   const int64_t cap = volume_cap(b, s);
   st = region_picks(b, s, thr, cap, &c);
   if (st != PGS_OK) return st;

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include <pg_sparse/comm_mpi.h>
+#include <pg_sparse/log.h>
+#include <pg_sparse/param.h>
 
 #include "comm/mpi_internal.h"
 
@@ -45,16 +47,13 @@
  * blocks keep the block count in int range up to 2^51 bytes. */
 #define PGS_MPI_LARGE_BLOCK ((size_t)1 << 20)
 
-/* Piece size of broadcasts above INT_MAX bytes. */
-#define PGS_MPI_BCAST_CHUNK ((size_t)1 << 30)
-
 /* Logs the MPI error text and maps it: the single translation point. */
 int pgs_mpi_error(int rc, const char *call, const char *file, int line) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
     snprintf(text, sizeof(text), "MPI error code %d", rc);
-  fprintf(stderr, "pg_sparse: %s failed at %s:%d: %s\n", call, file, line,
+  pgs_log(PGS_LOG_ERROR, "mpi", "%s failed at %s:%d: %s", call, file, line,
           text);
   return PGS_ERR_COMM;
 }
@@ -281,9 +280,9 @@ static int pgs_mpi_bcast_bytes(pgs_mpi_t *m, void *buf, size_t bytes,
                                int root) {
   int status = PGS_OK;
   char *p = buf;
-  for (size_t off = 0; off < bytes; off += PGS_MPI_BCAST_CHUNK) {
-    const size_t n =
-        bytes - off < PGS_MPI_BCAST_CHUNK ? bytes - off : PGS_MPI_BCAST_CHUNK;
+  const size_t chunk = m->bcast_chunk;
+  for (size_t off = 0; off < bytes; off += chunk) {
+    const size_t n = bytes - off < chunk ? bytes - off : chunk;
     PGS_MPI_RUN(m, MPI_Ibcast(p + off, (int)n, MPI_BYTE, root, m->comm, &req),
                 status, out);
   }
@@ -460,6 +459,17 @@ static int pgs_mpi_alloc_arrays(pgs_mpi_t *m) {
   return PGS_OK;
 }
 
+/* The transport's tunables of the parameter table, read once. */
+static int pgs_mpi_read_params(pgs_mpi_t *m) {
+  int64_t chunk = 0, polls = 0;
+  int status = pgs_param_int(PGS_PARAM_MPI_BCAST_CHUNK, &chunk);
+  if (status == PGS_OK)
+    status = pgs_param_int(PGS_PARAM_MPI_CANCEL_POLLS, &polls);
+  m->bcast_chunk = (size_t)chunk;
+  m->cancel_polls = (int)polls;
+  return status;
+}
+
 /* MPI_Comm_dup with MPI_ERRORS_RETURN in force on @p parent for the
  * duration of the call only: a failing dup returns instead of aborting the
  * job through the caller's (by default fatal) handler. The caller's handler
@@ -537,6 +547,8 @@ int pgs_comm_mpi_create_mem(MPI_Comm mpi_comm, pgs_mem_t mem,
     PGS_MPI_CHECK_GOTO(MPI_Comm_rank(dup, &m->rank), local, fail_local);
     PGS_MPI_CHECK_GOTO(MPI_Comm_size(dup, &m->size), local, fail_local);
     local = pgs_mpi_alloc_arrays(m);
+    if (local != PGS_OK) goto fail_local;
+    local = pgs_mpi_read_params(m);
     if (local != PGS_OK) goto fail_local;
     local = pgs_mpi_half_ops_create(&m->half);
     if (local != PGS_OK) goto fail_local;

@@ -41,6 +41,8 @@ typedef struct pgs_mpi {
   int *displs;
   pgs_mpi_slot_t slots[PGS_COMM_SLOTS];
   pgs_mpi_half_ops_t half; /* fp16/bf16 reductions of this communicator */
+  size_t bcast_chunk;      /* PG_SPARSE_MPI_BCAST_CHUNK */
+  int cancel_polls;        /* PG_SPARSE_MPI_CANCEL_POLLS */
   /* Set by the abort entry from any thread; the wait loop reads it. */
   atomic_int aborted;
 } pgs_mpi_t;

@@ -13,11 +13,6 @@ typedef struct pgs_mpi_req {
   int source; /* the sender, once a receive has finished */
 } pgs_mpi_req_t;
 
-/* Polls a cancelled receive this long for MPI to confirm before letting go
- * of it: a receive already matched to a message in flight cannot be
- * cancelled, and a dead sender would make MPI_Wait block for ever. */
-#define PGS_MPI_CANCEL_POLLS 10000
-
 /* Whether @p tag is one MPI accepts (the standard only promises 32767). */
 static int pgs_mpi_tag_ok(MPI_Comm comm, int tag) {
   int *tag_ub = NULL, has_ub = 0;
@@ -89,14 +84,17 @@ int pgs_mpi_source(void *impl, void *req) {
  * cancelled so MPI stops writing into the caller's buffer; a pending send is
  * released to complete on its own (Open MPI cannot cancel sends). */
 void pgs_mpi_cancel(void *impl, void *req) {
-  (void)impl;
+  const pgs_mpi_t *m = impl;
   pgs_mpi_req_t *r = req;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && r->req != MPI_REQUEST_NULL && r->is_recv) {
     (void)MPI_Cancel(&r->req);
+    /* Polled a bounded number of times (PG_SPARSE_MPI_CANCEL_POLLS) before
+     * letting go: a receive already matched to a message in flight cannot
+     * be cancelled, and a dead sender would make MPI_Wait block for ever. */
     int done = 0;
-    for (int i = 0; i < PGS_MPI_CANCEL_POLLS && !done; ++i) {
+    for (int i = 0; i < m->cancel_polls && !done; ++i) {
       if (MPI_Test(&r->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
       if (!done) sched_yield();
     }

@@ -61,8 +61,9 @@ def ranks_on_machine(world_size: int) -> int:
     """Ranks sharing this machine's cores: PG_SPARSE_BENCH_MACHINE_RANKS (the
     network harness sets it: its namespaces share one machine, each with a
     LOCAL_WORLD_SIZE of its own), else LOCAL_WORLD_SIZE, else the world."""
-    env = os.environ
-    return int(env.get("PG_SPARSE_BENCH_MACHINE_RANKS") or env.get("LOCAL_WORLD_SIZE")
+    from .._params import param
+
+    return int(param("PG_SPARSE_BENCH_MACHINE_RANKS") or os.environ.get("LOCAL_WORLD_SIZE")
                or world_size)
 
 
@@ -74,7 +75,9 @@ def context(world_size: int = 1, transport: str = "-", link: str | None = None,
     import torch
 
     if link is None:
-        link = os.environ.get("PG_SPARSE_BENCH_LINK", "unshaped (loopback)")
+        from .._params import param
+
+        link = str(param("PG_SPARSE_BENCH_LINK"))
     ranks, cpus = ranks_on_machine(world_size), os.cpu_count() or 1
     if ranks > cpus:
         note = f"{ranks} ranks on {cpus} cores" + (f"; {note}" if note else "")
