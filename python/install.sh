@@ -45,11 +45,11 @@ install_python_packages() {
 }
 
 build_package() {
-  # No build isolation: build against the torch installed above. The compat
-  # editable mode puts python/ itself on sys.path, so the package wins over
-  # the C-core folder pg_sparse/ when Python runs from the repository root.
-  "$python" -m pip install -q --no-build-isolation --no-deps \
-    --config-settings editable_mode=compat -e "$root/python"
+  # No build isolation: build against the torch installed above. An
+  # editable install of the repository root puts python/ on sys.path (a
+  # .pth file), so the package wins over the C-core folder pg_sparse/ (a
+  # namespace portion) when Python runs from the repository root.
+  "$python" -m pip install -q --no-build-isolation --no-deps -e "$root"
 }
 
 install_system_packages

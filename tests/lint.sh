@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Style checks, part of the test command: clang-format (the .clang-format
-# files) on the C, C++ and CUDA sources and ruff (python/pyproject.toml) on
+# files) on the C, C++ and CUDA sources and ruff (pyproject.toml) on
 # the Python. Both are pinned and installed from PyPI when missing, so every
 # machine formats alike.
 set -euo pipefail
@@ -19,5 +19,5 @@ find pg_sparse cuda python/csrc tests examples -type f \
   \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cpp' \
      -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 |
   xargs -0 "$clang_format" --dry-run --Werror
-"$python" -m ruff check --config python/pyproject.toml python tests examples cuda/bench
+"$python" -m ruff check --config pyproject.toml python tests examples cuda/bench
 echo "lint: clang-format and ruff clean"

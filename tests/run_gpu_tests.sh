@@ -71,7 +71,7 @@ step_bench() {
 # The backend on CUDA tensors: build the extension in place, then pytest
 # with torchrun on 2 GPUs (collectives vs NCCL, DDP with every hook, Ok-Topk).
 step_ext() {
-  (cd "$root/python" && PGS_PY_BUILD_DIR="$root/build-py" \
+  (cd "$root" && PGS_PY_BUILD_DIR="$root/build-py" \
     python3 setup.py build_ext --inplace >"$logs/ext_build.log" 2>&1) ||
     { tail -40 "$logs/ext_build.log"; return 1; }
   grep -E "shim" "$logs/ext_build.log"
