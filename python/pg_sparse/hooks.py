@@ -9,7 +9,10 @@ checks the hooks' annotations against the real types.
 import torch
 import torch.distributed as dist
 
-from .state import ALGORITHMS, SparseState, _permute
+from .state import SparseState, _permute
+
+__all__ = ["HOOKS", "dense_hook", "gaussiank_hook", "gtopk_hook", "oktopk_hook",
+           "sparse_hook", "topka_hook", "topkdsa_hook"]
 
 
 def _first(fut: torch.futures.Future) -> torch.Tensor:
@@ -32,11 +35,13 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     native, segments = state._bucket_for(index, buf, params)
     state._schedule_density(index, native)
     if segments is None and not state.momentum and not state.precondition:
-        return native.allreduce(buf).get_future().then(_first)
+        fut = native.allreduce(buf).get_future().then(_first)
+        state._count_iteration(bucket)
+        return fut
     # The state refers to another packing of these parameters (DDP's
     # first iteration after a restore): run it in that order.
     x = buf if segments is None else _permute(buf, segments)
-    dense = state.precondition is not None and state._next_is_dense(native)
+    dense = state.precondition is not None and state._next_is_dense(index, native)
     if state.momentum:
         x = state._corrected(index, x)
     elif state.precondition:
@@ -50,32 +55,198 @@ def _run(state: SparseState, bucket: dist.GradBucket,
             out = state._adam_update(index, native, out, dense)
         return out if segments is None else _permute(out, segments, inverse=True)
 
-    return native.allreduce(x).get_future().then(done)
+    fut = native.allreduce(x).get_future().then(done)
+    state._count_iteration(bucket)
+    return fut
 
 
 def sparse_hook(state: SparseState,
                 bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Sparse allreduce with ``state.algo`` (Ok-Topk when unset)."""
+    """Sparse allreduce with ``state.algo`` (Ok-Topk when unset).
+
+    The hook to register when the algorithm is a setting of the state
+    (``SparseState(algo=...)``).
+
+    Args:
+        state: settings (density, warm-up, momentum correction, Adam in the
+            hook, wire type) and per-bucket state (residual, thresholds,
+            regions) of the whole model; one ``SparseState`` per algorithm.
+        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
+
+    Returns:
+        A future of the bucket's average over the ranks (sum / world size),
+        as DDP expects. What is not sent stays in this rank's residual for
+        the next step (error feedback): nothing is lost.
+
+    Example::
+        >>> dist.init_process_group(backend="sparse")
+        >>> ddp = DDP(model)
+        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+    """
     return _run(state, bucket, state.algo or "oktopk")
 
+def oktopk_hook(state: SparseState,
+                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Ok-Topk (Li and Hoefler, PPoPP'22): sparse allreduce of the top-k.
 
-def _make(algo: str):  # type: ignore[no-untyped-def]
-    def hook(state: SparseState,
-             bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        return _run(state, bucket, algo)
+    Each rank selects its top-k of gradient + residual by a threshold; the
+    ranks reduce the selections in regions balanced by their quantiles, select
+    the global top-k of the sum and gather it. At most 6k(P-1)/P words per
+    rank (2k(P-1)/P at best).
 
-    hook.__name__ = hook.__qualname__ = f"{algo}_hook"
-    hook.__doc__ = f"Sparse allreduce with {algo}, error feedback in the residual."
-    return hook
+    Args:
+        state: settings (density, warm-up, momentum correction, Adam in the
+            hook, wire type) and per-bucket state (residual, thresholds,
+            regions) of the whole model; one ``SparseState`` per algorithm.
+        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
 
+    Returns:
+        A future of the bucket's average over the ranks (sum / world size),
+        as DDP expects. What is not sent stays in this rank's residual for
+        the next step (error feedback): nothing is lost.
 
-dense_hook = _make("dense")
-topka_hook = _make("topka")
-topkdsa_hook = _make("topkdsa")
-gtopk_hook = _make("gtopk")
-gaussiank_hook = _make("gaussiank")
-oktopk_hook = _make("oktopk")
+    Example::
+        >>> dist.init_process_group(backend="sparse")
+        >>> ddp = DDP(model)
+        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.oktopk_hook)
+    """
+    return _run(state, bucket, "oktopk")
 
-HOOKS = {algo: globals()[f"{algo}_hook"] for algo in ALGORITHMS}
+def topka_hook(state: SparseState,
+               bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """TopkA: allgather of every rank's top-k, summed everywhere.
 
-__all__ = ["sparse_hook", "HOOKS", *[f"{a}_hook" for a in ALGORITHMS]]
+    Each rank's exact top-k of gradient + residual (indices and values) is
+    allgathered and summed; about 2k(P-1) words per rank.
+
+    Args:
+        state: settings (density, warm-up, momentum correction, Adam in the
+            hook, wire type) and per-bucket state (residual, thresholds,
+            regions) of the whole model; one ``SparseState`` per algorithm.
+        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
+
+    Returns:
+        A future of the bucket's average over the ranks (sum / world size),
+        as DDP expects. What is not sent stays in this rank's residual for
+        the next step (error feedback): nothing is lost.
+
+    Example::
+        >>> dist.init_process_group(backend="sparse")
+        >>> ddp = DDP(model)
+        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.topka_hook)
+    """
+    return _run(state, bucket, "topka")
+
+def topkdsa_hook(state: SparseState,
+                 bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """TopkDSA (SparCML's dynamic sparse allreduce).
+
+    Each rank's top-k is reduced on equal static regions, then every reduced
+    nonzero is allgathered, or the dense regions when the union of picks
+    exceeds n/3 (then dense is cheaper).
+
+    Args:
+        state: settings (density, warm-up, momentum correction, Adam in the
+            hook, wire type) and per-bucket state (residual, thresholds,
+            regions) of the whole model; one ``SparseState`` per algorithm.
+        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
+
+    Returns:
+        A future of the bucket's average over the ranks (sum / world size),
+        as DDP expects. What is not sent stays in this rank's residual for
+        the next step (error feedback): nothing is lost.
+
+    Example::
+        >>> dist.init_process_group(backend="sparse")
+        >>> ddp = DDP(model)
+        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.topkdsa_hook)
+    """
+    return _run(state, bucket, "topkdsa")
+
+def gtopk_hook(state: SparseState,
+               bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """gTop-k (Shi et al.): the global top-k by recursive doubling.
+
+    Ranks merge their top-k pairwise, keeping k after every merge; the set
+    found chooses the coordinates, and every rank's exact values there are
+    allreduced, so the output is the exact average on that set.
+
+    Args:
+        state: settings (density, warm-up, momentum correction, Adam in the
+            hook, wire type) and per-bucket state (residual, thresholds,
+            regions) of the whole model; one ``SparseState`` per algorithm.
+        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
+
+    Returns:
+        A future of the bucket's average over the ranks (sum / world size),
+        as DDP expects. What is not sent stays in this rank's residual for
+        the next step (error feedback): nothing is lost.
+
+    Example::
+        >>> dist.init_process_group(backend="sparse")
+        >>> ddp = DDP(model)
+        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.gtopk_hook)
+    """
+    return _run(state, bucket, "gtopk")
+
+def gaussiank_hook(state: SparseState,
+                   bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """GaussianK: a threshold from a Gaussian fit of the gradient.
+
+    The threshold is mu + z sigma of gradient + residual (z from the
+    density), corrected toward [k/2, 2k] picks; every rank's picks are
+    allgathered and summed, as TopkA.
+
+    Args:
+        state: settings (density, warm-up, momentum correction, Adam in the
+            hook, wire type) and per-bucket state (residual, thresholds,
+            regions) of the whole model; one ``SparseState`` per algorithm.
+        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
+
+    Returns:
+        A future of the bucket's average over the ranks (sum / world size),
+        as DDP expects. What is not sent stays in this rank's residual for
+        the next step (error feedback): nothing is lost.
+
+    Example::
+        >>> dist.init_process_group(backend="sparse")
+        >>> ddp = DDP(model)
+        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.gaussiank_hook)
+    """
+    return _run(state, bucket, "gaussiank")
+
+def dense_hook(state: SparseState,
+               bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Dense allreduce through the sparse hooks' state (the baseline).
+
+    Every entry is sent; warm-up, momentum correction and Adam in the hook
+    apply as for the sparse hooks, so a run compares only the compression.
+
+    Args:
+        state: settings (density, warm-up, momentum correction, Adam in the
+            hook, wire type) and per-bucket state (residual, thresholds,
+            regions) of the whole model; one ``SparseState`` per algorithm.
+        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
+
+    Returns:
+        A future of the bucket's average over the ranks (sum / world size),
+        as DDP expects. What is not sent stays in this rank's residual for
+        the next step (error feedback): nothing is lost.
+
+    Example::
+        >>> dist.init_process_group(backend="sparse")
+        >>> ddp = DDP(model)
+        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.dense_hook)
+    """
+    return _run(state, bucket, "dense")
+
+# Hooks by algorithm name (``pg_sparse.algorithms()``).
+HOOKS = {"dense": dense_hook, "topka": topka_hook, "topkdsa": topkdsa_hook,
+         "gtopk": gtopk_hook, "gaussiank": gaussiank_hook, "oktopk": oktopk_hook}

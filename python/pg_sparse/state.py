@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,10 @@ _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
                 "density_warmup_start", "wire_dtype", "nonfinite", "precondition", "betas",
                 "eps", "max_grad_norm")
+# state_dict()'s format: 2 adds "version", "iteration" and each bucket's
+# "warmup"; a dict without "version" is format 1 (read as before).
+STATE_VERSION = 2
+_STATE_KEYS = ("version", "config", "buckets", "iteration")
 # Types the values of a sparse message may travel in, by their native names.
 _WIRE_TYPES = {torch.float32: "float32", torch.float16: "float16",
                torch.bfloat16: "bfloat16"}
@@ -33,9 +38,14 @@ class SparseState:
             per-algorithm hooks set it, ``sparse_hook`` uses "oktopk").
         density: fraction of entries sent, k = max(1, round(density * n)),
             in (0, 1].
-        warmup_steps: calls per bucket run as dense allreduce first. Keep it
-            >= 1: DDP rebuilds its buckets after the first iteration, and a
-            dense first call leaves no residual to misplace.
+        warmup_steps: iterations run as dense allreduce first, counted as
+            torch's PowerSGD hook counts ``start_powerSGD_iter``: one per
+            backward pass (DDP's last bucket, ``bucket.is_last()``). A
+            bucket DDP creates later (it rebuilds its buckets after the first
+            iteration) runs dense only for the warm-up iterations left. Keep
+            it >= 1: a dense first iteration leaves no residual to misplace
+            when DDP repacks its buckets. ``iteration`` says how many
+            iterations have passed; checkpoints keep it.
         tau: Ok-Topk repartitions its regions every ``tau`` sparse steps.
         tau_prime: Ok-Topk's exact global threshold every ``tau_prime`` sparse
             steps (the local threshold is exact on every call).
@@ -171,6 +181,11 @@ class SparseState:
         # Momentum correction's velocity, or Adam's first moment.
         self._velocity = ParamBuffers()
         self.warmup_steps = warmup_steps
+        # Iterations the hooks have completed (DDP's last bucket of each),
+        # and per bucket index the dense calls its native bucket was given:
+        # the warm-up iterations left when it was created.
+        self._iteration = 0
+        self._warmup_of: dict[int, int] = {}
         self.tau = tau
         self.tau_prime = tau_prime
         self.check_finite = bool(check_finite)
@@ -185,12 +200,12 @@ class SparseState:
         self._pinned: set[int] = set()  # bucket indices that keep their layout
 
     # -- native buckets -------------------------------------------------
-    def _config(self, tensor: torch.Tensor) -> Any:
+    def _config(self, tensor: torch.Tensor, warmup: int) -> Any:
         c = _C.BucketConfig()
         c.wire = _WIRE_TYPES.get(self.wire_dtype or tensor.dtype, "float32")
         c.algo = self.algo or "oktopk"
         c.density = self.density
-        c.warmup_steps = self.warmup_steps
+        c.warmup_steps = warmup
         c.tau = self.tau
         c.tau_prime = self.tau_prime
         c.check_finite = self.check_finite
@@ -245,10 +260,12 @@ class SparseState:
                 else:
                     self._pinned.add(index)  # permute from now on
         else:
-            b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
-                                self._config(tensor))
-            self._applied_density.pop(index, None)
             saved = self._take_saved(index, tensor.numel(), layout)
+            warmup = self._warmup_for(saved)
+            b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
+                                self._config(tensor, warmup))
+            self._warmup_of[index] = warmup
+            self._applied_density.pop(index, None)
             mine = layout
             if saved is not None:
                 _restore(b, saved)
@@ -261,6 +278,26 @@ class SparseState:
         if layout is None or mine is None or mine == layout:
             return b, None
         return b, _segments(layout, mine)
+
+    def _warmup_for(self, saved: dict[str, Any] | None) -> int:
+        """Dense calls for a new native bucket, counted like its step: the
+        warm-up iterations left now, or for a restored bucket what it was
+        given (format 1 checkpoints counted calls per bucket)."""
+        if saved is not None:
+            return int(saved.get("warmup", self.warmup_steps))
+        return max(0, self.warmup_steps - self._iteration)
+
+    def _count_iteration(self, bucket: dist.GradBucket) -> None:
+        """Called by the hooks after each bucket: DDP's last bucket of a
+        backward pass ends an iteration."""
+        is_last = getattr(bucket, "is_last", None)
+        if is_last is not None and is_last():
+            self._iteration += 1
+
+    @property
+    def iteration(self) -> int:
+        """Iterations (backward passes) the hooks have completed."""
+        return self._iteration
 
     def _take_saved(self, index: int, numel: int,
                     layout: tuple[tuple[int, int], ...] | None) -> dict[str, Any] | None:
@@ -295,7 +332,7 @@ class SparseState:
         if not self.density_warmup_steps and index not in self._applied_density:
             return
         calls = int(bucket.get_state()[0]["step"])
-        d = self.density_at(calls - self.warmup_steps)
+        d = self.density_at(calls - self._warmup_of.get(index, self.warmup_steps))
         if self._applied_density.get(index) != d:
             bucket.set_density(d)
             self._applied_density[index] = d
@@ -320,10 +357,10 @@ class SparseState:
         u.masked_fill_(bucket.residual().to(u.device) == 0, 0.0)
 
     # -- Adam in the hook -----------------------------------------------
-    def _next_is_dense(self, bucket: Any) -> bool:
+    def _next_is_dense(self, index: int, bucket: Any) -> bool:
         """Whether the bucket's next call is a dense (warm-up) one."""
         return self.algo == "dense" or \
-            int(bucket.get_state()[0]["step"]) < self.warmup_steps
+            int(bucket.get_state()[0]["step"]) < self._warmup_of.get(index, self.warmup_steps)
 
     def _adam_send(self, index: int, x: torch.Tensor, dense: bool) -> torch.Tensor:
         """Count the call (Adam's t) and return the tensor to reduce: the
@@ -426,19 +463,43 @@ class SparseState:
                           "second_moment": self._second.saved(i),
                           "adam_t": self._adam_t.get(i, 0),
                           "adam_age": self._age.saved(i),
+                          "warmup": self._warmup_of.get(i, self.warmup_steps),
                           "layout": None if layout is None else [list(x) for x in layout]}
-        return {"config": {k: getattr(self, k) for k in _CONFIG_KEYS},
+        return {"version": STATE_VERSION, "iteration": self._iteration,
+                "config": {k: getattr(self, k) for k in _CONFIG_KEYS},
                 "buckets": buckets}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; buckets not built yet are
-        restored when the hook first sees them."""
+        restored when the hook first sees them.
+
+        Raises:
+            ValueError: a newer format than this version reads, or keys it
+                does not know (a state of another class, or a typo).
+        """
+        version = state.get("version", 1)
+        if not isinstance(version, int) or not 1 <= version <= STATE_VERSION:
+            raise ValueError(f"pg_sparse: SparseState checkpoint format {version!r}; this "
+                             f"version reads formats 1 to {STATE_VERSION}")
+        unknown = sorted(set(state) - set(_STATE_KEYS)) + \
+            sorted(f"config.{k}" for k in set(state.get("config", {})) - set(_CONFIG_KEYS))
+        if unknown or "config" not in state or "buckets" not in state:
+            raise ValueError("pg_sparse: not a SparseState.state_dict(): "
+                             + (f"unknown keys {unknown}" if unknown
+                                else "'config' or 'buckets' missing"))
         for k, v in state["config"].items():
-            if k in _CONFIG_KEYS:
-                setattr(self, k, v)
+            setattr(self, k, v)
+        self._iteration = int(state.get("iteration", 0))
         self._saved = {int(i): dict(s) for i, s in state["buckets"].items()}
         for i, b in list(self._buckets.items()):
             saved = self._take_saved(i, b.numel, self._layouts.get(i))
+            if saved is not None and self._warmup_for(saved) != self._warmup_of.get(i):
+                # Its warm-up is fixed at creation: build it afresh, lazily.
+                self._saved[i] = saved
+                saved = None
+                del self._buckets[i]
+                self._layouts.pop(i, None)
+                continue
             if saved is not None:
                 _restore(b, saved)
                 self._restore_buffers(i, saved, None)
@@ -450,6 +511,9 @@ class SparseState:
 
     def __getstate__(self) -> dict[str, Any]:
         # Native handles and process groups do not pickle; the state does.
+        if self.process_group is not None:
+            warnings.warn("pg_sparse: SparseState.process_group does not pickle and is "
+                          "dropped; set it again after unpickling", stacklevel=2)
         return {"state": self.state_dict()}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
