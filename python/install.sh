@@ -12,9 +12,10 @@ sudo_if_needed() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 install_system_packages() {
   # fortunes: the English text corpus of the convergence examples'
   # language models (/usr/share/games/fortunes); valgrind and clang (with
-  # libFuzzer): the test command's memcheck and fuzzing steps.
+  # libFuzzer): the test command's memcheck and fuzzing steps; slurm-wlm
+  # and munge: tests/python/test_slurm.py starts a one-node cluster.
   local pkgs=(cmake make g++ libopenmpi-dev openmpi-bin libgtest-dev fortunes valgrind
-              clang libclang-rt-14-dev)
+              clang libclang-rt-14-dev slurm-wlm munge)
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   [ ${#missing[@]} -eq 0 ] && return 0

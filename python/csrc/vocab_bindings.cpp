@@ -64,7 +64,7 @@ void bind_vocab(py::module_& m) {
       "_algorithms",
       [] {
         py::list names;
-#define PGS_ALGO_NAME_(id, name) names.append(name);
+#define PGS_ALGO_NAME_(id, name, vtable) names.append(name);
         PGS_ALGO_MAP(PGS_ALGO_NAME_)
 #undef PGS_ALGO_NAME_
         return names;

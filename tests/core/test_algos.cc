@@ -15,9 +15,12 @@
 namespace pgs_test {
 namespace {
 
-constexpr pgs_algo_id_t kAllAlgos[] = {PGS_ALGO_DENSE,     PGS_ALGO_TOPKA,
-                                       PGS_ALGO_TOPKDSA,   PGS_ALGO_GTOPK,
-                                       PGS_ALGO_GAUSSIANK, PGS_ALGO_OKTOPK};
+// Every row of the core's table: a new algorithm is tested by adding it.
+constexpr pgs_algo_id_t kAllAlgos[] = {
+#define PGS_TEST_ALGO_(id, name, vtable) id,
+    PGS_ALGO_MAP(PGS_TEST_ALGO_)
+#undef PGS_TEST_ALGO_
+};
 
 pgs_config_t make_config(pgs_algo_id_t algo, double density, int64_t warmup,
                          int64_t tau = 64, int64_t tau_prime = 32) {

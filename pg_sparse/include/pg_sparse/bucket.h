@@ -23,16 +23,20 @@
 extern "C" {
 #endif
 
-#define PGS_ALGO_MAP(X)              \
-  X(PGS_ALGO_DENSE, "dense")         \
-  X(PGS_ALGO_TOPKA, "topka")         \
-  X(PGS_ALGO_TOPKDSA, "topkdsa")     \
-  X(PGS_ALGO_GTOPK, "gtopk")         \
-  X(PGS_ALGO_GAUSSIANK, "gaussiank") \
-  X(PGS_ALGO_OKTOPK, "oktopk")
+/* The algorithms: X(id, name, vtable). This row is the only place besides
+ * the algorithm's own file that a new algorithm touches: the enum, the
+ * names, the core's dispatch table and the Python vocabulary
+ * (pg_sparse.algorithms()) are generated from it. */
+#define PGS_ALGO_MAP(X)                                  \
+  X(PGS_ALGO_DENSE, "dense", pgs_algo_dense)             \
+  X(PGS_ALGO_TOPKA, "topka", pgs_algo_topka)             \
+  X(PGS_ALGO_TOPKDSA, "topkdsa", pgs_algo_topkdsa)       \
+  X(PGS_ALGO_GTOPK, "gtopk", pgs_algo_gtopk)             \
+  X(PGS_ALGO_GAUSSIANK, "gaussiank", pgs_algo_gaussiank) \
+  X(PGS_ALGO_OKTOPK, "oktopk", pgs_algo_oktopk)
 
 typedef enum pgs_algo_id {
-#define PGS_ALGO_ENUM_(id, name) id,
+#define PGS_ALGO_ENUM_(id, name, vtable) id,
   PGS_ALGO_MAP(PGS_ALGO_ENUM_)
 #undef PGS_ALGO_ENUM_
       PGS_ALGO_COUNT

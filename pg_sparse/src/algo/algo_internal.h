@@ -65,12 +65,10 @@ struct pgs_bucket {
   size_t *host_bytes;   /* 2 * size size_t: allgatherv sizes and displs */
 };
 
-extern const pgs_algo_vtable_t pgs_algo_dense;
-extern const pgs_algo_vtable_t pgs_algo_topka;
-extern const pgs_algo_vtable_t pgs_algo_topkdsa;
-extern const pgs_algo_vtable_t pgs_algo_gtopk;
-extern const pgs_algo_vtable_t pgs_algo_gaussiank;
-extern const pgs_algo_vtable_t pgs_algo_oktopk;
+#define PGS_ALGO_EXTERN_(id, name, vtable) \
+  extern const pgs_algo_vtable_t vtable;
+PGS_ALGO_MAP(PGS_ALGO_EXTERN_)
+#undef PGS_ALGO_EXTERN_
 
 /* --- phases and stats (bucket.c) ---------------------------------------- */
 

@@ -12,16 +12,13 @@
 #include "algo/algo_internal.h"
 
 static const pgs_algo_vtable_t *const algo_table[PGS_ALGO_COUNT] = {
-    [PGS_ALGO_DENSE] = &pgs_algo_dense,
-    [PGS_ALGO_TOPKA] = &pgs_algo_topka,
-    [PGS_ALGO_TOPKDSA] = &pgs_algo_topkdsa,
-    [PGS_ALGO_GTOPK] = &pgs_algo_gtopk,
-    [PGS_ALGO_GAUSSIANK] = &pgs_algo_gaussiank,
-    [PGS_ALGO_OKTOPK] = &pgs_algo_oktopk,
+#define PGS_ALGO_VTABLE_(id, name, vtable) [id] = &vtable,
+    PGS_ALGO_MAP(PGS_ALGO_VTABLE_)
+#undef PGS_ALGO_VTABLE_
 };
 
 static const char *const algo_names[PGS_ALGO_COUNT] = {
-#define PGS_ALGO_NAME_(id, name) [id] = name,
+#define PGS_ALGO_NAME_(id, name, vtable) [id] = name,
     PGS_ALGO_MAP(PGS_ALGO_NAME_)
 #undef PGS_ALGO_NAME_
 };
