@@ -60,13 +60,7 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     return fut
 
 
-def sparse_hook(state: SparseState,
-                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Sparse allreduce with ``state.algo`` (Ok-Topk when unset).
-
-    The hook to register when the algorithm is a setting of the state
-    (``SparseState(algo=...)``).
-
+_COMMON = """
     Args:
         state: settings (density, warm-up, momentum correction, Adam in the
             hook, wire type) and per-bucket state (residual, thresholds,
@@ -77,15 +71,31 @@ def sparse_hook(state: SparseState,
         A future of the bucket's average over the ranks (sum / world size),
         as DDP expects. What is not sent stays in this rank's residual for
         the next step (error feedback): nothing is lost.
+"""
+
+
+def _documented(hook):  # type: ignore[no-untyped-def]
+    """Appends the Args and Returns every hook shares to its own docstring
+    (summary, method and example stay written in the hook)."""
+    hook.__doc__ = hook.__doc__.rstrip() + "\n" + _COMMON
+    return hook
+
+
+@_documented
+def sparse_hook(state: SparseState,
+                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Sparse allreduce with ``state.algo`` (Ok-Topk when unset).
+
+    The hook to register when the algorithm is a setting of the state.
 
     Example::
-        >>> dist.init_process_group(backend="sparse")
-        >>> ddp = DDP(model)
-        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
-        >>> ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+        >>> ddp.register_comm_hook(pg_sparse.SparseState(algo="topka", density=0.01),
+        ...                        pg_sparse.hooks.sparse_hook)
     """
     return _run(state, bucket, state.algo or "oktopk")
 
+
+@_documented
 def oktopk_hook(state: SparseState,
                 bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Ok-Topk (Li and Hoefler, PPoPP'22): sparse allreduce of the top-k.
@@ -95,25 +105,14 @@ def oktopk_hook(state: SparseState,
     the global top-k of the sum and gather it. At most 6k(P-1)/P words per
     rank (2k(P-1)/P at best).
 
-    Args:
-        state: settings (density, warm-up, momentum correction, Adam in the
-            hook, wire type) and per-bucket state (residual, thresholds,
-            regions) of the whole model; one ``SparseState`` per algorithm.
-        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
-
-    Returns:
-        A future of the bucket's average over the ranks (sum / world size),
-        as DDP expects. What is not sent stays in this rank's residual for
-        the next step (error feedback): nothing is lost.
-
     Example::
-        >>> dist.init_process_group(backend="sparse")
-        >>> ddp = DDP(model)
-        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
-        >>> ddp.register_comm_hook(state, pg_sparse.hooks.oktopk_hook)
+        >>> ddp.register_comm_hook(pg_sparse.SparseState(density=0.01, warmup_steps=10),
+        ...                        pg_sparse.hooks.oktopk_hook)
     """
     return _run(state, bucket, "oktopk")
 
+
+@_documented
 def topka_hook(state: SparseState,
                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """TopkA: allgather of every rank's top-k, summed everywhere.
@@ -121,25 +120,14 @@ def topka_hook(state: SparseState,
     Each rank's exact top-k of gradient + residual (indices and values) is
     allgathered and summed; about 2k(P-1) words per rank.
 
-    Args:
-        state: settings (density, warm-up, momentum correction, Adam in the
-            hook, wire type) and per-bucket state (residual, thresholds,
-            regions) of the whole model; one ``SparseState`` per algorithm.
-        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
-
-    Returns:
-        A future of the bucket's average over the ranks (sum / world size),
-        as DDP expects. What is not sent stays in this rank's residual for
-        the next step (error feedback): nothing is lost.
-
     Example::
-        >>> dist.init_process_group(backend="sparse")
-        >>> ddp = DDP(model)
-        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
-        >>> ddp.register_comm_hook(state, pg_sparse.hooks.topka_hook)
+        >>> ddp.register_comm_hook(pg_sparse.SparseState(density=0.001),
+        ...                        pg_sparse.hooks.topka_hook)
     """
     return _run(state, bucket, "topka")
 
+
+@_documented
 def topkdsa_hook(state: SparseState,
                  bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """TopkDSA (SparCML's dynamic sparse allreduce).
@@ -148,25 +136,14 @@ def topkdsa_hook(state: SparseState,
     nonzero is allgathered, or the dense regions when the union of picks
     exceeds n/3 (then dense is cheaper).
 
-    Args:
-        state: settings (density, warm-up, momentum correction, Adam in the
-            hook, wire type) and per-bucket state (residual, thresholds,
-            regions) of the whole model; one ``SparseState`` per algorithm.
-        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
-
-    Returns:
-        A future of the bucket's average over the ranks (sum / world size),
-        as DDP expects. What is not sent stays in this rank's residual for
-        the next step (error feedback): nothing is lost.
-
     Example::
-        >>> dist.init_process_group(backend="sparse")
-        >>> ddp = DDP(model)
-        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
-        >>> ddp.register_comm_hook(state, pg_sparse.hooks.topkdsa_hook)
+        >>> ddp.register_comm_hook(pg_sparse.SparseState(density=0.01, wire_dtype=torch.bfloat16),
+        ...                        pg_sparse.hooks.topkdsa_hook)
     """
     return _run(state, bucket, "topkdsa")
 
+
+@_documented
 def gtopk_hook(state: SparseState,
                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """gTop-k (Shi et al.): the global top-k by recursive doubling.
@@ -175,25 +152,14 @@ def gtopk_hook(state: SparseState,
     found chooses the coordinates, and every rank's exact values there are
     allreduced, so the output is the exact average on that set.
 
-    Args:
-        state: settings (density, warm-up, momentum correction, Adam in the
-            hook, wire type) and per-bucket state (residual, thresholds,
-            regions) of the whole model; one ``SparseState`` per algorithm.
-        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
-
-    Returns:
-        A future of the bucket's average over the ranks (sum / world size),
-        as DDP expects. What is not sent stays in this rank's residual for
-        the next step (error feedback): nothing is lost.
-
     Example::
-        >>> dist.init_process_group(backend="sparse")
-        >>> ddp = DDP(model)
-        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
-        >>> ddp.register_comm_hook(state, pg_sparse.hooks.gtopk_hook)
+        >>> ddp.register_comm_hook(pg_sparse.SparseState(density=0.01, momentum=0.9),
+        ...                        pg_sparse.hooks.gtopk_hook)
     """
     return _run(state, bucket, "gtopk")
 
+
+@_documented
 def gaussiank_hook(state: SparseState,
                    bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """GaussianK: a threshold from a Gaussian fit of the gradient.
@@ -202,25 +168,14 @@ def gaussiank_hook(state: SparseState,
     density), corrected toward [k/2, 2k] picks; every rank's picks are
     allgathered and summed, as TopkA.
 
-    Args:
-        state: settings (density, warm-up, momentum correction, Adam in the
-            hook, wire type) and per-bucket state (residual, thresholds,
-            regions) of the whole model; one ``SparseState`` per algorithm.
-        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
-
-    Returns:
-        A future of the bucket's average over the ranks (sum / world size),
-        as DDP expects. What is not sent stays in this rank's residual for
-        the next step (error feedback): nothing is lost.
-
     Example::
-        >>> dist.init_process_group(backend="sparse")
-        >>> ddp = DDP(model)
-        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
-        >>> ddp.register_comm_hook(state, pg_sparse.hooks.gaussiank_hook)
+        >>> ddp.register_comm_hook(pg_sparse.SparseState(density=0.01, nonfinite="skip"),
+        ...                        pg_sparse.hooks.gaussiank_hook)
     """
     return _run(state, bucket, "gaussiank")
 
+
+@_documented
 def dense_hook(state: SparseState,
                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Dense allreduce through the sparse hooks' state (the baseline).
@@ -228,22 +183,9 @@ def dense_hook(state: SparseState,
     Every entry is sent; warm-up, momentum correction and Adam in the hook
     apply as for the sparse hooks, so a run compares only the compression.
 
-    Args:
-        state: settings (density, warm-up, momentum correction, Adam in the
-            hook, wire type) and per-bucket state (residual, thresholds,
-            regions) of the whole model; one ``SparseState`` per algorithm.
-        bucket: the gradients DDP hands the hook (fp32, fp16 or bf16).
-
-    Returns:
-        A future of the bucket's average over the ranks (sum / world size),
-        as DDP expects. What is not sent stays in this rank's residual for
-        the next step (error feedback): nothing is lost.
-
     Example::
-        >>> dist.init_process_group(backend="sparse")
-        >>> ddp = DDP(model)
-        >>> state = pg_sparse.SparseState(density=0.01, warmup_steps=10)
-        >>> ddp.register_comm_hook(state, pg_sparse.hooks.dense_hook)
+        >>> ddp.register_comm_hook(pg_sparse.SparseState(precondition="adam"),
+        ...                        pg_sparse.hooks.dense_hook)
     """
     return _run(state, bucket, "dense")
 
