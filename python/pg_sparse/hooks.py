@@ -9,10 +9,15 @@ checks the hooks' annotations against the real types.
 import torch
 import torch.distributed as dist
 
+from .lowrank import ACPSGDState, _acp_step, powerSGD_hook
 from .state import SparseState, _permute
 
-__all__ = ["HOOKS", "dense_hook", "gaussiank_hook", "gtopk_hook", "oktopk_hook",
-           "sparse_hook", "topka_hook", "topkdsa_hook"]
+# torch's PowerSGD hook, under this module's naming, for comparisons in the
+# same runs: it reduces through whatever backend its state's group uses.
+powersgd_hook = powerSGD_hook
+
+__all__ = ["HOOKS", "acpsgd_hook", "dense_hook", "gaussiank_hook", "gtopk_hook",
+           "oktopk_hook", "powersgd_hook", "sparse_hook", "topka_hook", "topkdsa_hook"]
 
 
 def _first(fut: torch.futures.Future) -> torch.Tensor:
@@ -188,6 +193,35 @@ def dense_hook(state: SparseState,
         ...                        pg_sparse.hooks.dense_hook)
     """
     return _run(state, bucket, "dense")
+
+
+def acpsgd_hook(state: ACPSGDState,
+                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """ACP-SGD (Zhang et al., ICDCS'23): alternating low-rank compression.
+
+    Each weight gradient M (viewed as ``[shape[0], -1]``) is sent as one
+    factor per step: even calls of a bucket ``P = (M + E) orth(Q)``, odd
+    calls ``Q = (M + E)^T orth(P)``, the other factor being the last
+    all-reduced one (the same on every rank, from a shared seed at first).
+    One allreduce per step carries the factors and the tensors sent raw
+    (1-D ones, matrices too small to gain); PowerSGD needs two dependent
+    ones. The output is the product over the world size; each rank keeps
+    what its own product misses in its error (error feedback).
+
+    Args:
+        state: a :class:`pg_sparse.lowrank.ACPSGDState` (rank, warm-up
+            iterations, seed; per bucket the factors and the error).
+        bucket: the gradients DDP hands the hook.
+
+    Returns:
+        A future of the bucket's approximate average over the ranks.
+
+    Example::
+        >>> state = pg_sparse.lowrank.ACPSGDState(rank=4, start_iter=10)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.acpsgd_hook)
+    """
+    return _acp_step(state, bucket)
+
 
 # Hooks by algorithm name (``pg_sparse.algorithms()``).
 HOOKS = {"dense": dense_hook, "topka": topka_hook, "topkdsa": topkdsa_hook,

@@ -98,7 +98,11 @@ def test_hooks_are_written_out_and_documented(name):
         assert set(hook) == set(pg_sparse.algorithms())
         return
     doc = inspect.getdoc(hook)
-    for section in ("Args:", "Returns:", "Example::", f"pg_sparse.hooks.{name}"):
+    for section in ("Args:", "Returns:", "Example::"):
         assert section in doc, (name, section)
-    # Defined in the module's source (an IDE resolves it), not generated.
-    assert f"def {name}(" in inspect.getsource(hooks)
+    if name == "powersgd_hook":  # torch's own, re-exported
+        assert hook.__module__.startswith("torch.distributed.algorithms")
+        return
+    assert f"pg_sparse.hooks.{name}" in doc
+    # Defined in a module's source (an IDE resolves it), not generated.
+    assert f"def {name}(" in inspect.getsource(inspect.getmodule(hook))
