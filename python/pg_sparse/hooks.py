@@ -9,6 +9,7 @@ checks the hooks' annotations against the real types.
 import torch
 import torch.distributed as dist
 
+from . import _hierarchy
 from .lowrank import ACPSGDState, _acp_step, powerSGD_hook
 from .state import SparseState, _permute
 
@@ -35,6 +36,9 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     if not buf.is_floating_point():
         raise TypeError(f"pg_sparse: sparse allreduce needs a floating-point "
                         f"bucket, got {buf.dtype}")
+    topo = state._hierarchical()
+    if topo is not None:
+        return _run_hierarchical(state, bucket, topo)
     params = bucket.parameters() if hasattr(bucket, "parameters") else None
     index = bucket.index()
     native, segments = state._bucket_for(index, buf, params)
@@ -61,6 +65,27 @@ def _run(state: SparseState, bucket: dist.GradBucket,
         return out if segments is None else _permute(out, segments, inverse=True)
 
     fut = native.allreduce(x).get_future().then(done)
+    state._count_iteration(bucket)
+    return fut
+
+
+def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
+                      topo: _hierarchy.Topology) -> torch.futures.Future[torch.Tensor]:
+    """hierarchy='node': dense reduce-scatter in the node, the sparse
+    algorithm across nodes on this rank's shard, dense allgather in the node."""
+    buf = bucket.buffer()
+    n, index = buf.numel(), bucket.index()
+    shard = _hierarchy.reduce_scatter(topo, buf)  # the node's sum of my shard
+    native, _ = state._bucket_for(index, shard, None)
+    state._schedule_density(index, native)
+
+    def done(fut: torch.futures.Future) -> torch.Tensor:
+        # The sparse average over nodes of node sums, over L: the average
+        # over every rank.
+        out = fut.value()[0].div_(topo.local_size)
+        return _hierarchy.all_gather(topo, out, n).view_as(buf)
+
+    fut = native.allreduce(shard).get_future().then(done)
     state._count_iteration(bucket)
     return fut
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _hierarchy
 from ._buffers import ParamBuffers
 
 # The core's algorithm table (PGS_ALGO_MAP in bucket.h), in its order.
@@ -19,7 +19,7 @@ ALGORITHMS: tuple[str, ...] = tuple(_C._algorithms())
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
                 "density_warmup_start", "wire_dtype", "nonfinite", "precondition", "betas",
-                "eps", "max_grad_norm")
+                "eps", "max_grad_norm", "hierarchy", "local_size")
 # state_dict()'s format: 2 adds "version", "iteration" and each bucket's
 # "warmup"; a dict without "version" is format 1 (read as before).
 STATE_VERSION = 2
@@ -91,6 +91,16 @@ class SparseState:
             reduced output) and checkpointed with the state.
         betas: Adam's (beta1, beta2) for ``precondition="adam"``.
         eps: Adam's epsilon for ``precondition="adam"``.
+        hierarchy: ``"flat"`` (the default) reduces over the whole group;
+            ``"node"`` reduce-scatters each bucket densely inside a node,
+            runs the sparse algorithm across nodes among the ranks of equal
+            local rank on that shard (each with its own residual), and
+            allgathers the shards inside the node, so only sparse messages
+            cross the slow links; ``"auto"`` is ``"node"`` when there are
+            several nodes of several ranks. Needs the world group and plain
+            error feedback (no momentum or precondition).
+        local_size: ranks per node for ``hierarchy``; default
+            LOCAL_WORLD_SIZE. Ranks must be numbered node by node.
         max_grad_norm: with ``precondition="adam"``, clip the gradient Adam
             sees to this L2 norm per bucket (0: off): the averaged gradient
             on a dense call, as ``clip_grad_norm_`` does when the model fits
@@ -133,7 +143,8 @@ class SparseState:
                  wire_dtype: torch.dtype | None = None, nonfinite: str = "raise",
                  precondition: str | None = None,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 max_grad_norm: float = 0.0) -> None:
+                 max_grad_norm: float = 0.0, hierarchy: str = "flat",
+                 local_size: int | None = None) -> None:
         if algo is not None and algo not in ALGORITHMS:
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {ALGORITHMS}")
@@ -156,6 +167,14 @@ class SparseState:
         if wire_dtype is not None and wire_dtype not in _WIRE_TYPES:
             raise TypeError(f"pg_sparse: wire_dtype must be None, torch.float32, "
                             f"torch.float16 or torch.bfloat16, got {wire_dtype!r}")
+        if hierarchy not in _hierarchy.HIERARCHIES:
+            raise ValueError(f"pg_sparse: hierarchy must be one of {_hierarchy.HIERARCHIES}, "
+                             f"got {hierarchy!r}")
+        if hierarchy != "flat" and (momentum or precondition or process_group is not None):
+            raise ValueError("pg_sparse: hierarchy='node'/'auto' runs over the world with "
+                             "plain error feedback: no momentum, precondition or process_group")
+        if local_size is not None and (not isinstance(local_size, int) or local_size < 1):
+            raise ValueError(f"pg_sparse: local_size must be an integer >= 1, got {local_size!r}")
         if nonfinite not in ("raise", "skip"):
             raise ValueError(f"pg_sparse: nonfinite must be 'raise' or 'skip', "
                              f"got {nonfinite!r}")
@@ -190,6 +209,10 @@ class SparseState:
         self.tau_prime = tau_prime
         self.check_finite = bool(check_finite)
         self.process_group = process_group
+        self.hierarchy = hierarchy
+        self.local_size = local_size
+        self._topology: _hierarchy.Topology | None = None  # built on first use
+        self._mode: str | None = None
         self._buckets: dict[int, Any] = {}
         self._saved: dict[int, dict[str, Any]] = {}
         # Per bucket index, the layout its native state refers to:
@@ -212,8 +235,18 @@ class SparseState:
         c.nonfinite = self.nonfinite
         return c
 
+    def _hierarchical(self) -> _hierarchy.Topology | None:
+        """The groups of hierarchy='node' (built on the first call, on every
+        rank), or None when the reduction is flat."""
+        if self._mode is None:
+            self._mode = _hierarchy.resolve(self.hierarchy, self.local_size)
+            if self._mode == "node":
+                self._topology = _hierarchy.build(self.local_size)
+        return self._topology
+
     def _backend(self, device: torch.device) -> Any:
-        group = self.process_group or dist.group.WORLD
+        topo = self._hierarchical()
+        group = topo.cross_group if topo is not None else self.process_group or dist.group.WORLD
         if group is None:
             raise RuntimeError("pg_sparse: call dist.init_process_group first")
         return group._get_backend(device)

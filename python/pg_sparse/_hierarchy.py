@@ -1,0 +1,99 @@
+"""Hierarchical reduction: dense inside a node, sparse across nodes.
+
+A bucket is reduce-scattered (dense, sum) among the L ranks of a node, each
+rank then reduces its shard with the sparse algorithm among the ranks of the
+same local rank on the other nodes (its own residual, on the node's sum), and
+the node allgathers the shards. The slow links between nodes carry only the
+sparse messages; the fast ones inside a node carry the dense ones. Ranks are
+numbered node by node (as torchrun, mpirun --map-by node... ppr and Slurm
+number them), so rank r is local rank r % L of node r // L.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+HIERARCHIES = ("flat", "node", "auto")
+
+
+@dataclass
+class Topology:
+    """The groups of a hierarchical reduction, from this rank's view."""
+
+    local_size: int  # L: ranks per node
+    nodes: int  # world size / L
+    local_rank: int
+    node_group: Any  # the L ranks of this node
+    cross_group: Any  # the ranks of this local rank, one per node
+
+    def shard(self, n: int) -> tuple[int, int]:
+        """(shard size, padded bucket size) of a bucket of n entries."""
+        s = -(-n // self.local_size)
+        return s, s * self.local_size
+
+
+def local_size_of(given: int | None) -> int:
+    """Ranks per node: ``given``, else LOCAL_WORLD_SIZE (torchrun, and the
+    package's launcher mapping for mpirun and srun)."""
+    if given is not None:
+        return int(given)
+    env = os.environ.get("LOCAL_WORLD_SIZE")
+    if env is None:
+        raise ValueError("pg_sparse: hierarchy='node' needs local_size= or LOCAL_WORLD_SIZE "
+                         "(set by torchrun, mpirun and srun)")
+    return int(env)
+
+
+def resolve(hierarchy: str, local_size: int | None) -> str:
+    """The mode to run: ``auto`` is ``node`` when there are several nodes of
+    several ranks each, else ``flat``."""
+    if hierarchy != "auto":
+        return hierarchy
+    world = dist.get_world_size()
+    try:
+        size = local_size_of(local_size)
+    except ValueError:
+        return "flat"
+    return "node" if 1 < size < world and world % size == 0 else "flat"
+
+
+def build(local_size: int | None) -> Topology:
+    """Create the node and cross-node groups (collective over the world:
+    every rank creates every group, in the same order)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    size = local_size_of(local_size)
+    if size < 1 or world % size:
+        raise ValueError(f"pg_sparse: local_size {size} does not divide the world size {world}")
+    nodes = world // size
+    node_group = cross_group = None
+    for node in range(nodes):
+        g = dist.new_group(list(range(node * size, (node + 1) * size)))
+        if rank // size == node:
+            node_group = g
+    for local in range(size):
+        g = dist.new_group(list(range(local, world, size)))
+        if rank % size == local:
+            cross_group = g
+    return Topology(size, nodes, rank % size, node_group, cross_group)
+
+
+def reduce_scatter(topo: Topology, x: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of the node's sum of ``x`` (padded to L shards)."""
+    s, padded = topo.shard(x.numel())
+    full = x.new_zeros(padded)
+    full[:x.numel()].copy_(x)
+    shard = x.new_empty(s)
+    dist.reduce_scatter_tensor(shard, full, group=topo.node_group)
+    return shard
+
+
+def all_gather(topo: Topology, shard: torch.Tensor, n: int) -> torch.Tensor:
+    """The node's shards put together, the padding cut off."""
+    full = shard.new_empty(shard.numel() * topo.local_size)
+    dist.all_gather_into_tensor(full, shard.contiguous(), group=topo.node_group)
+    return full[:n]

@@ -1,0 +1,51 @@
+"""Hierarchical sparse allreduce (SparseState(hierarchy=...)): real torchrun
+jobs of 4 ranks, as 2 nodes x 2 (local_size=2) and as one node ("auto" is
+then flat). The worker is tests/python/workers/hierarchy.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pg_sparse
+
+WORKER = Path(__file__).resolve().parent / "workers" / "hierarchy.py"
+
+
+def torchrun(tmp_path: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SPARSE_")}
+    env["OMP_NUM_THREADS"] = "1"
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node=4", str(WORKER), *args], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=240)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    return text
+
+
+def test_two_nodes_of_two(tmp_path):
+    # 4 ranks on 2 cores.
+    text = torchrun(tmp_path)
+    for rank in range(4):
+        for algo, sparse in (("oktopk", 4), ("topka", 4), ("gtopk", 4), ("dense", 0)):
+            assert f"rank {rank}: {algo} hierarchical ok (5 calls, {sparse} sparse)" in text, \
+                text[-3000:]
+        assert f"rank {rank}: training loss flat" in text
+
+
+def test_auto_is_flat_on_one_node(tmp_path):
+    text = torchrun(tmp_path, "auto")
+    assert text.count("auto is flat on one node") == 4, text[-3000:]
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="hierarchy must be one of"):
+        pg_sparse.SparseState(hierarchy="ring")
+    with pytest.raises(ValueError, match="no momentum, precondition or process_group"):
+        pg_sparse.SparseState(hierarchy="node", momentum=0.9)
+    with pytest.raises(ValueError, match="local_size must be an integer >= 1"):
+        pg_sparse.SparseState(hierarchy="node", local_size=0)

@@ -1,0 +1,124 @@
+"""Worker of test_hierarchy.py (torchrun, 4 ranks as 2 nodes x 2 given by
+local_size=2, the "sparse" backend): hierarchical sparse allreduce through
+DDP against the conservation invariant (residuals placed at each rank's
+shard; sums over a gloo group as the oracle), identical outputs, the exact
+average on dense warm-up calls, and training."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import pg_sparse
+
+
+def gsum(t: torch.Tensor, group) -> torch.Tensor:
+    out = t.clone()
+    dist.all_reduce(out, group=group)
+    return out
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(40, 30), torch.nn.Tanh(), torch.nn.Linear(30, 7))
+
+
+def check_algo(algo: str, oracle) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    state = pg_sparse.SparseState(algo=algo, density=0.05, warmup_steps=1,
+                                  hierarchy="node", local_size=2)
+    ddp = DDP(model())
+    records = []
+
+    def probe(st, bucket):
+        x = bucket.buffer().detach().clone()
+        old = st._buckets.get(bucket.index())
+        before = None if old is None else old.residual().clone()
+
+        def after(f):
+            out = f.value()
+            nb = st._buckets[bucket.index()]
+            records.append((x, before, out.detach().clone(), nb.residual().clone(),
+                            int(nb.stats()["dense"])))
+            return out
+        return pg_sparse.hooks.HOOKS[algo](st, bucket).then(after)
+
+    ddp.register_comm_hook(state, probe)
+    gen = torch.Generator().manual_seed(50 + rank)
+    for _ in range(5):
+        ddp(torch.randn(16, 40, generator=gen)).square().sum().backward()
+        ddp.zero_grad()
+    topo = state._topology
+    assert topo is not None and topo.nodes == 2 and topo.local_size == 2
+    sparse_calls = 0
+    for x, before, out, resid, dense in records:
+        n = x.numel()
+        s, padded = topo.shard(n)
+
+        def place(r: torch.Tensor | None, s: int = s, padded: int = padded) -> torch.Tensor:
+            full = torch.zeros(padded)
+            if r is not None:
+                full[topo.local_rank * s:(topo.local_rank + 1) * s] = r
+            return full
+
+        xs = torch.zeros(padded)
+        xs[:n] = x
+        outs = torch.zeros(padded)
+        outs[:n] = out
+        lhs = gsum(place(resid), oracle) + world * outs
+        rhs = gsum(xs + place(before), oracle)
+        assert torch.allclose(lhs, rhs, rtol=1e-4, atol=1e-5), (algo, (lhs - rhs).abs().max())
+        assert torch.allclose(gsum(out, oracle), world * out, atol=1e-6), algo  # all equal
+        if dense:
+            assert torch.allclose(out, gsum(x, oracle) / world, atol=1e-6), algo
+        else:
+            sparse_calls += 1
+            assert resid.abs().sum() > 0, algo  # something stayed behind
+    assert sparse_calls == (0 if algo == "dense" else 4), (algo, sparse_calls)
+    print(f"rank {rank}: {algo} hierarchical ok ({len(records)} calls, "
+          f"{sparse_calls} sparse)", flush=True)
+
+
+def train(hierarchy: str) -> float:
+    ddp = DDP(model())
+    state = pg_sparse.SparseState(density=0.05, warmup_steps=2, hierarchy=hierarchy,
+                                  local_size=2)
+    ddp.register_comm_hook(state, pg_sparse.hooks.oktopk_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    w = torch.randn(40, 7, generator=torch.Generator().manual_seed(9))
+    gen = torch.Generator().manual_seed(70 + dist.get_rank())
+    loss = torch.tensor(0.0)
+    for _ in range(80):
+        x = torch.randn(32, 40, generator=gen)
+        loss = (ddp(x) - torch.tanh(x @ w)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    final = loss.detach().clone()
+    dist.all_reduce(final)
+    return final.item() / dist.get_world_size()
+
+
+def main() -> None:
+    dist.init_process_group("sparse")
+    oracle = dist.new_group(backend="gloo")
+    if sys.argv[1:] == ["auto"]:
+        # torchrun on one node: LOCAL_WORLD_SIZE is the world, so flat.
+        state = pg_sparse.SparseState(hierarchy="auto")
+        assert state._hierarchical() is None and state._mode == "flat"
+        print(f"rank {dist.get_rank()}: auto is flat on one node", flush=True)
+    else:
+        for algo in ("oktopk", "topka", "gtopk", "dense"):
+            check_algo(algo, oracle)
+        flat, node = train("flat"), train("node")
+        assert node < 1.5 * flat + 0.01, (flat, node)
+        print(f"rank {dist.get_rank()}: training loss flat {flat:.4f} node {node:.4f}",
+              flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
