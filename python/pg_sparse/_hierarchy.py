@@ -12,13 +12,20 @@ number them), so rank r is local rank r % L of node r // L.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 HIERARCHIES = ("flat", "node", "auto")
+# torch 2.13 renames the flat collectives (the old names warn); 2.11 has
+# only the old ones.
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 @dataclass
@@ -30,11 +37,38 @@ class Topology:
     local_rank: int
     node_group: Any  # the L ranks of this node
     cross_group: Any  # the ranks of this local rank, one per node
+    _jobs: queue.Queue | None = field(default=None, repr=False)
+
+    def submit(self, job: Callable[[], torch.Tensor]) -> torch.futures.Future:
+        """Run ``job`` on this topology's one worker thread, in submission
+        order, and return a future of its result. One thread issues every
+        collective of the node and cross-node groups, so they come in the
+        same order on every rank (two threads issuing them, the autograd
+        thread and a completion callback, would interleave differently on
+        different ranks and deadlock)."""
+        if self._jobs is None:
+            self._jobs = queue.Queue()
+            threading.Thread(target=_serve, args=(self._jobs,), daemon=True,
+                             name="pg_sparse-hierarchy").start()
+        fut: torch.futures.Future = torch.futures.Future()
+        self._jobs.put((job, fut))
+        return fut
 
     def shard(self, n: int) -> tuple[int, int]:
         """(shard size, padded bucket size) of a bucket of n entries."""
         s = -(-n // self.local_size)
         return s, s * self.local_size
+
+
+def _serve(jobs: queue.Queue) -> None:
+    while True:
+        job, fut = jobs.get()
+        try:
+            result = job()
+        except BaseException as e:  # reaches the caller through the future
+            fut.set_exception(e)
+        else:
+            fut.set_result(result)
 
 
 def local_size_of(given: int | None) -> int:
@@ -88,12 +122,12 @@ def reduce_scatter(topo: Topology, x: torch.Tensor) -> torch.Tensor:
     full = x.new_zeros(padded)
     full[:x.numel()].copy_(x)
     shard = x.new_empty(s)
-    dist.reduce_scatter_tensor(shard, full, group=topo.node_group)
+    _REDUCE_SCATTER(shard, full, group=topo.node_group)
     return shard
 
 
 def all_gather(topo: Topology, shard: torch.Tensor, n: int) -> torch.Tensor:
     """The node's shards put together, the padding cut off."""
     full = shard.new_empty(shard.numel() * topo.local_size)
-    dist.all_gather_into_tensor(full, shard.contiguous(), group=topo.node_group)
+    _ALL_GATHER(full, shard.contiguous(), group=topo.node_group)
     return full[:n]

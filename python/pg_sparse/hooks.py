@@ -75,17 +75,19 @@ def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
     algorithm across nodes on this rank's shard, dense allgather in the node."""
     buf = bucket.buffer()
     n, index = buf.numel(), bucket.index()
-    shard = _hierarchy.reduce_scatter(topo, buf)  # the node's sum of my shard
-    native, _ = state._bucket_for(index, shard, None)
+    # The native bucket (of the shard's size) is found here, in call order,
+    # so its warm-up sees the iteration this call belongs to.
+    native, _ = state._bucket_for(index, buf.new_empty(topo.shard(n)[0]), None)
     state._schedule_density(index, native)
 
-    def done(fut: torch.futures.Future) -> torch.Tensor:
+    def job() -> torch.Tensor:
+        shard = _hierarchy.reduce_scatter(topo, buf)  # the node's sum of my shard
         # The sparse average over nodes of node sums, over L: the average
         # over every rank.
-        out = fut.value()[0].div_(topo.local_size)
+        out = native.allreduce(shard).get_future().wait()[0].div_(topo.local_size)
         return _hierarchy.all_gather(topo, out, n).view_as(buf)
 
-    fut = native.allreduce(shard).get_future().then(done)
+    fut = topo.submit(job)
     state._count_iteration(bucket)
     return fut
 

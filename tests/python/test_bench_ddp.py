@@ -84,3 +84,15 @@ def test_bytes(result: dict) -> None:
         assert 0 < rows[m]["density"] < 0.5, m
         assert 0 < rows[m]["bytes_per_rank"] < ring, m
         assert rows[m]["hook_time_s"] > 0, m
+
+
+def test_method_names_carry_wire_and_hierarchy():
+    from pg_sparse.bench.ddp import split_method
+
+    assert split_method("oktopk") == ("oktopk", None, None)
+    assert split_method("topka+bf16") == ("topka", "bfloat16", None)
+    assert split_method("oktopk+fp16@node") == ("oktopk", "float16", "node")
+    assert split_method("gtopk@auto") == ("gtopk", None, "auto")
+    for bad in ("gloo@node", "oktopk@ring", "bf16+bf16"):
+        with pytest.raises(SystemExit):
+            split_method(bad)

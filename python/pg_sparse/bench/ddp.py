@@ -11,7 +11,9 @@ initial weights on the same batches, with DDP's overlap on:
 - ``dense``, ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``:
   pg_sparse hooks on the ``"sparse"`` default group; a suffix ``+bf16`` or
   ``+fp16`` (``oktopk+bf16``) sends the values in that type
-  (``SparseState(wire_dtype=...)``).
+  (``SparseState(wire_dtype=...)``), a suffix ``@node`` (``oktopk@node``)
+  reduces hierarchically: dense inside a node (LOCAL_WORLD_SIZE ranks),
+  sparse across nodes (``SparseState(hierarchy="node")``).
 
 Without RANK/WORLD_SIZE in the environment it launches itself under
 ``torch.distributed.run --standalone``; under torchrun, mpirun or a harness
@@ -40,13 +42,19 @@ _PARAM_CHECK_MAX = 50_000_000  # compare final parameters with gloo's up to this
 _WIRES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
-def split_method(method: str) -> tuple[str, str | None]:
-    """``"oktopk+bf16"`` -> ``("oktopk", "bfloat16")``; no suffix: no wire."""
-    base, _, wire = method.partition("+")
+def split_method(method: str) -> tuple[str, str | None, str | None]:
+    """``"oktopk+bf16@node"`` -> ``("oktopk", "bfloat16", "node")``: the
+    wire type and the hierarchy (``SparseState(hierarchy=...)``), each
+    None when not given."""
+    rest, _, hierarchy = method.partition("@")
+    base, _, wire = rest.partition("+")
     if wire and (base not in SPARSE_METHODS or wire not in _WIRES):
         raise SystemExit(f"ddp: {method!r}: a wire suffix is +bf16 or +fp16, "
                          f"after one of {SPARSE_METHODS}")
-    return base, _WIRES.get(wire)
+    if hierarchy and (base not in SPARSE_METHODS or hierarchy not in ("node", "auto")):
+        raise SystemExit(f"ddp: {method!r}: a hierarchy suffix is @node or @auto, "
+                         f"after one of {SPARSE_METHODS}")
+    return base, _WIRES.get(wire), hierarchy or None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -212,14 +220,15 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
     import pg_sparse
 
     ddp, state = model, None
-    base, wire = split_method(method)
+    base, wire, hierarchy = split_method(method)
     if method != "nocomm":
         group = gloo if method in TORCH_METHODS else None
         ddp = DDP(model, process_group=group, bucket_cap_mb=args.bucket_cap_mb,
                   gradient_as_bucket_view=args.bucket_view)
-        if wire is not None:
-            state = pg_sparse.SparseState(density=args.density,
-                                          wire_dtype=getattr(torch, wire))
+        if wire is not None or hierarchy is not None:
+            state = pg_sparse.SparseState(
+                density=args.density, wire_dtype=None if wire is None else getattr(torch, wire),
+                hierarchy=hierarchy or "flat")
         state = register_hook(ddp, base, args.density, gloo, psgd_groups, state)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     ready = [0.0]
