@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,23 +35,26 @@ class Topology:
     local_size: int  # L: ranks per node
     nodes: int  # world size / L
     local_rank: int
-    node_group: Any  # the L ranks of this node
+    node_group: Any  # the L ranks of this node: the reduce-scatters
+    gather_group: Any  # the same ranks: the allgathers
     cross_group: Any  # the ranks of this local rank, one per node
-    _jobs: queue.Queue | None = field(default=None, repr=False)
+    _stages: list[queue.Queue] = field(default_factory=list, repr=False)
 
-    def submit(self, job: Callable[[], torch.Tensor]) -> torch.futures.Future:
-        """Run ``job`` on this topology's one worker thread, in submission
-        order, and return a future of its result. One thread issues every
-        collective of the node and cross-node groups, so they come in the
-        same order on every rank (two threads issuing them, the autograd
-        thread and a completion callback, would interleave differently on
-        different ranks and deadlock)."""
-        if self._jobs is None:
-            self._jobs = queue.Queue()
-            threading.Thread(target=_serve, args=(self._jobs,), daemon=True,
-                             name="pg_sparse-hierarchy").start()
+    def submit(self, stages: Sequence[Callable[[Any], Any]]) -> torch.futures.Future:
+        """Run ``stages`` (each takes the previous one's result, the first
+        None) as a pipeline: stage k of every job on thread k, in submission
+        order; return a future of the last result. Each group's collectives
+        come from one thread in bucket order, so in the same order on every
+        rank (threads sharing a group would interleave differently on
+        different ranks and deadlock), while bucket i's allgather, bucket
+        i+1's sparse stage and bucket i+2's reduce-scatter overlap."""
+        while len(self._stages) < len(stages):
+            q: queue.Queue = queue.Queue()
+            self._stages.append(q)
+            threading.Thread(target=_serve, args=(q, self._stages), daemon=True,
+                             name=f"pg_sparse-hierarchy-{len(self._stages)}").start()
         fut: torch.futures.Future = torch.futures.Future()
-        self._jobs.put((job, fut))
+        self._stages[0].put((list(stages), 0, None, fut))
         return fut
 
     def shard(self, n: int) -> tuple[int, int]:
@@ -60,15 +63,19 @@ class Topology:
         return s, s * self.local_size
 
 
-def _serve(jobs: queue.Queue) -> None:
+def _serve(jobs: queue.Queue, stages: list[queue.Queue]) -> None:
+    """One stage's thread: run the job's stage, pass the result on."""
     while True:
-        job, fut = jobs.get()
+        job, k, value, fut = jobs.get()
         try:
-            result = job()
+            value = job[k](value)
         except BaseException as e:  # reaches the caller through the future
             fut.set_exception(e)
+            continue
+        if k + 1 < len(job):
+            stages[k + 1].put((job, k + 1, value, fut))
         else:
-            fut.set_result(result)
+            fut.set_result(value)
 
 
 def local_size_of(given: int | None) -> int:
@@ -104,16 +111,17 @@ def build(local_size: int | None) -> Topology:
     if size < 1 or world % size:
         raise ValueError(f"pg_sparse: local_size {size} does not divide the world size {world}")
     nodes = world // size
-    node_group = cross_group = None
+    node_group = gather_group = cross_group = None
     for node in range(nodes):
-        g = dist.new_group(list(range(node * size, (node + 1) * size)))
+        members = list(range(node * size, (node + 1) * size))
+        g, h = dist.new_group(members), dist.new_group(members)
         if rank // size == node:
-            node_group = g
+            node_group, gather_group = g, h
     for local in range(size):
         g = dist.new_group(list(range(local, world, size)))
         if rank % size == local:
             cross_group = g
-    return Topology(size, nodes, rank % size, node_group, cross_group)
+    return Topology(size, nodes, rank % size, node_group, gather_group, cross_group)
 
 
 def reduce_scatter(topo: Topology, x: torch.Tensor) -> torch.Tensor:
@@ -129,5 +137,5 @@ def reduce_scatter(topo: Topology, x: torch.Tensor) -> torch.Tensor:
 def all_gather(topo: Topology, shard: torch.Tensor, n: int) -> torch.Tensor:
     """The node's shards put together, the padding cut off."""
     full = shard.new_empty(shard.numel() * topo.local_size)
-    _ALL_GATHER(full, shard.contiguous(), group=topo.node_group)
+    _ALL_GATHER(full, shard.contiguous(), group=topo.gather_group)
     return full[:n]

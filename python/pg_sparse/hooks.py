@@ -80,14 +80,13 @@ def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
     native, _ = state._bucket_for(index, buf.new_empty(topo.shard(n)[0]), None)
     state._schedule_density(index, native)
 
-    def job() -> torch.Tensor:
-        shard = _hierarchy.reduce_scatter(topo, buf)  # the node's sum of my shard
-        # The sparse average over nodes of node sums, over L: the average
-        # over every rank.
-        out = native.allreduce(shard).get_future().wait()[0].div_(topo.local_size)
-        return _hierarchy.all_gather(topo, out, n).view_as(buf)
+    def sparse(shard: torch.Tensor) -> torch.Tensor:
+        # The sparse average over nodes of node sums (this rank's shard of
+        # them), over L: the average over every rank.
+        return native.allreduce(shard).get_future().wait()[0].div_(topo.local_size)
 
-    fut = topo.submit(job)
+    fut = topo.submit([lambda _: _hierarchy.reduce_scatter(topo, buf), sparse,
+                       lambda out: _hierarchy.all_gather(topo, out, n).view_as(buf)])
     state._count_iteration(bucket)
     return fut
 
