@@ -5,8 +5,8 @@ rank then reduces its shard with the sparse algorithm among the ranks of the
 same local rank on the other nodes (its own residual, on the node's sum), and
 the node allgathers the shards. The slow links between nodes carry only the
 sparse messages; the fast ones inside a node carry the dense ones. Ranks are
-numbered node by node (as torchrun, mpirun --map-by node... ppr and Slurm
-number them), so rank r is local rank r % L of node r // L.
+numbered node by node (as torchrun, Slurm and mpirun's default by-slot
+mapping number them), so rank r is local rank r % L of node r // L.
 """
 
 from __future__ import annotations

@@ -81,6 +81,7 @@ class ACPSGDState:
         self.use_error_feedback = bool(use_error_feedback)
         self.iteration = 0
         self._buckets: dict[int, _Bucket] = {}
+        self._saved: dict[int, dict[str, Any]] = {}  # restored lazily
 
     def _world(self) -> int:
         return dist.get_world_size(self.process_group)
@@ -130,11 +131,11 @@ class ACPSGDState:
         for k, v in state["config"].items():
             setattr(self, k, v)
         self.iteration = int(state["iteration"])
-        self._saved = dict(state["buckets"])
+        self._saved = {int(i): s for i, s in state["buckets"].items()}
         self._buckets = {}
 
     def _restore(self, index: int, b: _Bucket) -> None:
-        saved = getattr(self, "_saved", {}).pop(index, None)
+        saved = self._saved.pop(index, None)
         if saved is None or [list(s) for s in b.shapes] != saved["shapes"]:
             return
         b.calls = int(saved["calls"])
