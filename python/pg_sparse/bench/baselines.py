@@ -39,6 +39,10 @@ def register_hook(ddp: Any, method: str, density: float, gloo: Any,
         state = PowerSGDPerBucket(psgd_groups or [gloo])
         ddp.register_comm_hook(state, powersgd_dispatch)
         return state
+    if method == "acpsgd":  # pg_sparse's ACP-SGD, on the sparse backend's allreduce
+        state = pg_sparse.lowrank.ACPSGDState(rank=4, start_iter=2)
+        ddp.register_comm_hook(state, pg_sparse.hooks.acpsgd_hook)
+        return state
     if state is None:
         state = pg_sparse.SparseState(density=density)
     ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])
@@ -95,11 +99,12 @@ def bf16_hook(process_group, bucket):  # type: ignore[no-untyped-def]
     return default_hooks.bf16_compress_hook(process_group, bucket)
 
 
-def powersgd_elements(model: Any, rank: int = 4) -> int:
+def powersgd_elements(model: Any, rank: int = 4, factors: float = 2.0) -> float:
     """Elements PowerSGD allreduces per step: P and Q of each compressed
     matrix, the rest uncompressed (its ``_should_compress`` rule, min
-    compression rate 2)."""
-    total = 0
+    compression rate 2). ``factors=1``: ACP-SGD, which sends one of the two
+    per step (P and Q alternately: their mean size)."""
+    total = 0.0
     for p in model.parameters():
         if not p.requires_grad:
             continue
@@ -108,5 +113,5 @@ def powersgd_elements(model: Any, rank: int = 4) -> int:
             continue
         n, m = p.shape[0], p.numel() // p.shape[0]
         r = min(n, m, rank)
-        total += (n + m) * r if n * m > (n + m) * r * 2 else p.numel()
+        total += (n + m) * r * factors / 2 if n * m > (n + m) * r * 2 else p.numel()
     return total

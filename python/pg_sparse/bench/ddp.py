@@ -8,6 +8,8 @@ initial weights on the same batches, with DDP's overlap on:
 - ``gloo``: plain DDP on a gloo group; ``bf16`` / ``fp16``: the same with
   torch's ``bf16_compress_hook`` / ``fp16_compress_hook``; ``powersgd``:
   torch's PowerSGD hook (rank 4, from iteration 2), all on that gloo group;
+- ``acpsgd``: pg_sparse's ACP-SGD hook (rank 4, from iteration 2) on the
+  ``"sparse"`` default group's dense allreduce;
 - ``dense``, ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``:
   pg_sparse hooks on the ``"sparse"`` default group; a suffix ``+bf16`` or
   ``+fp16`` (``oktopk+bf16``) sends the values in that type
@@ -34,7 +36,7 @@ from .common import context, ranks_on_machine
 
 SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
 METHODS = ("nocomm", "gloo", "bf16", "powersgd", *SPARSE_METHODS)  # the default list
-ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS)
+ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS, "acpsgd")
 PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
 # Per step and rank: step, forward, backward, backward compute, wait, optimizer.
 _TIMES = ("step_s", "forward_s", "backward_s", *PHASES[1:])
@@ -262,8 +264,10 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
     for h in handles:
         h.remove()
     per_step = _sync_max(times, gloo)  # each step's figures: the slowest rank's
+    sent = {"powersgd": lambda: powersgd_elements(model),
+            "acpsgd": lambda: powersgd_elements(model, factors=1.0)}
     row = _row(method, spec.name, per_step, world, numel,
-               powersgd_elements(model) if method == "powersgd" else 0)
+               sent[method]() if method in sent else 0)
     if stats:
         st = _sync_max(stats, gloo)
         row["bytes_per_rank"] = float(st[:, 0].mean())
@@ -281,7 +285,7 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
 
 
 def _row(method: str, model: str, per_step: Any, world: int, numel: int,
-         psgd_elements: int = 0) -> dict[str, Any]:
+         psgd_elements: float = 0) -> dict[str, Any]:
     """One method's row from its per-step (max over ranks) times."""
     med = per_step.quantile(0.5, dim=0)  # the median (mean of the middle two)
     step = per_step[:, 0]
@@ -303,10 +307,11 @@ def _row(method: str, model: str, per_step: Any, world: int, numel: int,
     elif method in ("bf16", "fp16"):
         row["bytes_per_rank"] = ring * 2 * numel
         row["bytes_source"] = "ring model 2(P-1)/P x 2 B x n"
-    elif method == "powersgd":
+    elif method in ("powersgd", "acpsgd"):
         row["bytes_per_rank"] = ring * 4 * psgd_elements
         row["density"] = psgd_elements / numel  # values sent per gradient entry
-        row["bytes_source"] = "estimate: ring model over PowerSGD's P, Q and uncompressed"
+        row["bytes_source"] = (f"estimate: ring model over {method}'s factors "
+                               "(P and Q, or one of them) and the uncompressed tensors")
     row["bytes_model_dense"] = ring * 4 * numel
     return row
 
