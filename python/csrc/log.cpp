@@ -1,5 +1,7 @@
 #include "bindings.hpp"
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -55,6 +57,12 @@ class LogForwarder {
     if (!thread_.joinable()) {
       stop_ = false;
       thread_ = std::thread(&LogForwarder::loop, this);
+      // A forked child (a DataLoader worker) has no forwarding thread and
+      // may have copied the queue's mutex locked: it logs to stderr.
+      static std::once_flag at_fork;
+      std::call_once(at_fork, [] {
+        pthread_atfork(nullptr, nullptr, [] { pgs_log_set_sink(nullptr); });
+      });
     }
     pgs_log_set_sink(sink);
   }

@@ -196,3 +196,19 @@ def test_messages_from_any_thread_reach_the_logger(caplog):
         logging.getLogger("pg_sparse").removeHandler(handler)
         logging.getLogger("pg_sparse").setLevel(old)
         _C._log_start(1)
+
+
+def test_a_forked_child_logs_to_stderr():
+    # A DataLoader worker forked from a process that imported pg_sparse has
+    # no forwarding thread: the core's messages must still come out.
+    out = run_py("""
+        import os, pg_sparse
+        from pg_sparse import _C
+        pid = os.fork()
+        if pid == 0:
+            _C._log(1, "test", "from the child")
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "pg_sparse.test warn: from the child" in out.stderr, out.stderr
