@@ -38,11 +38,15 @@ int pgs_param_is_set(pgs_param_id_t id) {
   return p != NULL && getenv(p->name) != NULL;
 }
 
-/* The text in effect and whether it came from the environment. */
-static const char *param_text(const pgs_param_info_t *p, int *from_env) {
+/* The text in effect: the environment's, else the default. */
+static const char *param_text(const pgs_param_info_t *p) {
   const char *env = getenv(p->name);
-  *from_env = env != NULL;
   return env != NULL ? env : p->default_value;
+}
+
+const char *pgs_param_text(pgs_param_id_t id) {
+  const pgs_param_info_t *p = pgs_param_info(id);
+  return p != NULL ? param_text(p) : NULL;
 }
 
 static int bad_value(const pgs_param_info_t *p, const char *text,
@@ -53,8 +57,7 @@ static int bad_value(const pgs_param_info_t *p, const char *text,
 
 /* Reads a number of either type; @p integral rejects fractions. */
 static int parse_number(const pgs_param_info_t *p, int integral, double *out) {
-  int from_env = 0;
-  const char *text = param_text(p, &from_env);
+  const char *text = param_text(p);
   char *end = NULL;
   errno = 0;
   double v = integral ? (double)strtoll(text, &end, 10) : strtod(text, &end);
@@ -99,10 +102,23 @@ int pgs_param_string(pgs_param_id_t id, const char **out) {
   const pgs_param_info_t *p = pgs_param_info(id);
   if (p == NULL || out == NULL || p->type != PGS_PARAM_STRING)
     return PGS_ERR_INVALID;
-  int from_env = 0;
-  const char *text = param_text(p, &from_env);
+  const char *text = param_text(p);
   if (p->choices != NULL && !is_choice(p->choices, text))
     return bad_value(p, text, "not one of the choices");
   *out = text;
   return PGS_OK;
+}
+
+int pgs_param_check(pgs_param_id_t id) {
+  const pgs_param_info_t *p = pgs_param_info(id);
+  if (p == NULL) return PGS_ERR_INVALID;
+  int64_t i;
+  double f;
+  const char *s;
+  switch (p->type) {
+    case PGS_PARAM_INT: return pgs_param_int(id, &i);
+    case PGS_PARAM_FLOAT: return pgs_param_float(id, &f);
+    case PGS_PARAM_STRING: return pgs_param_string(id, &s);
+  }
+  return PGS_ERR_INVALID;
 }

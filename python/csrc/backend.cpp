@@ -5,6 +5,7 @@
 #include "collectives.hpp"
 #include "cuda_p2p.hpp"
 #include "cuda_side.hpp"
+#include "params.hpp"
 #include "status.hpp"
 
 namespace pg_sparse {
@@ -55,7 +56,9 @@ SparseBackend::SparseBackend(int rank, int size, CommHandle comm,
       comm_(std::move(comm)),
       p2p_comm_(std::move(p2p)),
       transport_(std::move(transport)),
-      timeout_(timeout) {
+      timeout_(timeout),
+      unaborted_wait_(static_cast<int64_t>(
+          1000 * (param_float(PGS_PARAM_GLOO_TIMEOUT_SLACK_S) + 5))) {
   p2p_ = std::make_unique<PointToPoint>(
       rank, timeout_,
       [this](c10::intrusive_ptr<SparseWork> work, std::exception_ptr error) {
@@ -89,12 +92,13 @@ void SparseBackend::shutdown() {
     std::unique_lock<std::mutex> lock(mutex_);
     stopped_cv_.wait(lock, [&] { return worker_done_ || !broken_.empty(); });
     // An aborted transport returns from the stuck call at once; gloo, which
-    // has no abort, fails it on its own timer, 10 s after the watchdog
-    // (_backend.py), so the worker is joined there too, never detached
-    // while the call can still return.
+    // has no abort, fails it on its own timer, PG_SPARSE_GLOO_TIMEOUT_SLACK_S
+    // after the watchdog (_backend.py), so the worker is joined there too
+    // (5 s later), never detached while the call can still return.
     if (!broken_.empty())
-      stopped_cv_.wait_for(lock, std::chrono::seconds(aborted_ ? 10 : 15),
-                           [&] { return worker_done_; });
+      stopped_cv_.wait_for(
+          lock, aborted_ ? std::chrono::milliseconds(10000) : unaborted_wait_,
+          [&] { return worker_done_; });
     stuck = !worker_done_;
   }
   // A worker stuck in a transport call after a timeout can never be joined.

@@ -230,6 +230,9 @@ class SparseBackend : public c10d::Backend {
   std::unique_ptr<PointToPoint> p2p_;
   std::string transport_;
   std::chrono::milliseconds timeout_;
+  // How long shutdown waits for a stuck call of a transport without abort
+  // (gloo) to fail on its own timer: its slack past ours, plus 5 s.
+  std::chrono::milliseconds unaborted_wait_;
 
   std::mutex mutex_;
   std::condition_variable work_cv_, done_cv_, watchdog_cv_, stopped_cv_;

@@ -5,7 +5,6 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 extern "C" {
@@ -28,17 +27,9 @@ inline std::string invalid_params() {
   std::string out;
   for (int i = 0; i < PGS_PARAM_COUNT; ++i) {
     auto id = static_cast<pgs_param_id_t>(i);
-    const pgs_param_info_t* p = pgs_param_info(id);
-    int64_t iv;
-    double fv;
-    const char* sv;
-    int st = p->type == PGS_PARAM_INT     ? pgs_param_int(id, &iv)
-             : p->type == PGS_PARAM_FLOAT ? pgs_param_float(id, &fv)
-                                          : pgs_param_string(id, &sv);
-    if (st == PGS_OK) continue;
-    const char* text = std::getenv(p->name);
-    out += std::string(out.empty() ? "" : ", ") + p->name + "='" +
-           (text != nullptr ? text : p->default_value) + "'";
+    if (pgs_param_check(id) == PGS_OK) continue;
+    out += std::string(out.empty() ? "" : ", ") + pgs_param_info(id)->name +
+           "='" + pgs_param_text(id) + "'";
   }
   return out;
 }

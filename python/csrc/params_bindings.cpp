@@ -2,8 +2,6 @@
 // effect, for pg_sparse.params() and `python -m pg_sparse params`.
 #include <torch/csrc/utils/pybind.h>
 
-#include <cstdlib>
-
 #include "bindings.hpp"
 
 extern "C" {
@@ -54,9 +52,8 @@ py::dict row_of(pgs_param_id_t id) {
   row["min"] = p->min;
   row["max"] = p->max;
   row["doc"] = p->doc;
-  const char* env = std::getenv(p->name);
-  row["set"] = env != nullptr;
-  row["text"] = env != nullptr ? env : p->default_value;
+  row["set"] = pgs_param_is_set(id) != 0;
+  row["text"] = pgs_param_text(id);
   row["value"] = value_of(id, p->type);
   return row;
 }

@@ -39,6 +39,20 @@ class Topology:
     gather_group: Any  # the same ranks: the allgathers
     cross_group: Any  # the ranks of this local rank, one per node
     _stages: list[queue.Queue] = field(default_factory=list, repr=False)
+    # Per bucket index: the padded bucket (reduce-scatter input, allgather
+    # output) and this rank's shard, kept so a step allocates nothing.
+    _scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict,
+                                                                   repr=False)
+
+    def scratch(self, index: int, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(padded bucket, shard) buffers of bucket ``index`` shaped like ``buf``."""
+        s, padded = self.shard(buf.numel())
+        kept = self._scratch.get(index)
+        if kept is None or kept[0].numel() != padded or kept[0].dtype != buf.dtype \
+                or kept[0].device != buf.device:
+            kept = (buf.new_zeros(padded), buf.new_empty(s))
+            self._scratch[index] = kept
+        return kept
 
     def submit(self, stages: Sequence[Callable[[Any], Any]]) -> torch.futures.Future:
         """Run ``stages`` (each takes the previous one's result, the first
@@ -124,18 +138,19 @@ def build(local_size: int | None) -> Topology:
     return Topology(size, nodes, rank % size, node_group, gather_group, cross_group)
 
 
-def reduce_scatter(topo: Topology, x: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of the node's sum of ``x`` (padded to L shards)."""
-    s, padded = topo.shard(x.numel())
-    full = x.new_zeros(padded)
-    full[:x.numel()].copy_(x)
-    shard = x.new_empty(s)
+def reduce_scatter(topo: Topology, x: torch.Tensor, full: torch.Tensor,
+                   shard: torch.Tensor) -> torch.Tensor:
+    """``shard`` := this rank's shard of the node's sum of ``x``, through
+    ``full`` (``x`` padded with zeros to L shards)."""
+    n = x.numel()
+    full[:n].copy_(x.view(-1))
+    full[n:].zero_()  # the allgather left shard values in the padding
     _REDUCE_SCATTER(shard, full, group=topo.node_group)
     return shard
 
 
-def all_gather(topo: Topology, shard: torch.Tensor, n: int) -> torch.Tensor:
-    """The node's shards put together, the padding cut off."""
-    full = shard.new_empty(shard.numel() * topo.local_size)
-    _ALL_GATHER(full, shard.contiguous(), group=topo.gather_group)
+def all_gather(topo: Topology, shard: torch.Tensor, full: torch.Tensor,
+               n: int) -> torch.Tensor:
+    """The node's shards put together in ``full``, the padding cut off."""
+    _ALL_GATHER(full, shard, group=topo.gather_group)
     return full[:n]

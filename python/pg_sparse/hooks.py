@@ -75,9 +75,10 @@ def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
     algorithm across nodes on this rank's shard, dense allgather in the node."""
     buf = bucket.buffer()
     n, index = buf.numel(), bucket.index()
+    full, shard = topo.scratch(index, buf)
     # The native bucket (of the shard's size) is found here, in call order,
     # so its warm-up sees the iteration this call belongs to.
-    native, _ = state._bucket_for(index, buf.new_empty(topo.shard(n)[0]), None)
+    native, _ = state._bucket_for(index, shard, None)
     state._schedule_density(index, native)
 
     def sparse(shard: torch.Tensor) -> torch.Tensor:
@@ -85,8 +86,8 @@ def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
         # them), over L: the average over every rank.
         return native.allreduce(shard).get_future().wait()[0].div_(topo.local_size)
 
-    fut = topo.submit([lambda _: _hierarchy.reduce_scatter(topo, buf), sparse,
-                       lambda out: _hierarchy.all_gather(topo, out, n).view_as(buf)])
+    fut = topo.submit([lambda _: _hierarchy.reduce_scatter(topo, buf, full, shard), sparse,
+                       lambda out: _hierarchy.all_gather(topo, out, full, n).view_as(buf)])
     state._count_iteration(bucket)
     return fut
 

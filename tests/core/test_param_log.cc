@@ -142,6 +142,25 @@ TEST(Param, IntegersRejectFractionsAndStringsTheirNonChoices) {
   EXPECT_EQ(pgs_param_string(PGS_PARAM_MPI_CANCEL_POLLS, &s), PGS_ERR_INVALID);
 }
 
+TEST(Param, TextAndTypeBlindCheck) {
+  ScopedSink quiet(PGS_LOG_ERROR);
+  {
+    ScopedEnv e("PG_SPARSE_TRANSPORT", "mpix");
+    EXPECT_STREQ(pgs_param_text(PGS_PARAM_TRANSPORT), "mpix");
+    EXPECT_EQ(pgs_param_check(PGS_PARAM_TRANSPORT), PGS_ERR_INVALID);
+  }
+  {
+    ScopedEnv e("PG_SPARSE_MPI_CANCEL_POLLS", "2.5");
+    EXPECT_EQ(pgs_param_check(PGS_PARAM_MPI_CANCEL_POLLS), PGS_ERR_INVALID);
+  }
+  {
+    ScopedEnv e("PG_SPARSE_OKTOPK_NUDGE_UP", "1.5");
+    EXPECT_EQ(pgs_param_check(PGS_PARAM_OKTOPK_NUDGE_UP), PGS_OK);
+  }
+  EXPECT_EQ(pgs_param_check(PGS_PARAM_COUNT), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_param_text(PGS_PARAM_COUNT), nullptr);
+}
+
 TEST(Log, SinkGetsItsLevelsOnly) {
   ScopedSink sink(PGS_LOG_INFO);
   EXPECT_TRUE(pgs_log_enabled(PGS_LOG_INFO));

@@ -29,11 +29,11 @@ extern "C" {
     "error|warn|info|debug", 0, 0,                                             \
     "most verbose level of the pg_sparse logger (C core, shim and Python)")    \
   X(PGS_PARAM_OKTOPK_NUDGE_DOWN, "PG_SPARSE_OKTOPK_NUDGE_DOWN",                \
-    PGS_PARAM_FLOAT, "1.008", NULL, 1.0, 2.0,                                  \
+    PGS_PARAM_FLOAT, "1.01", NULL, 1.0, 2.0,                                   \
     "Ok-Topk: a reused global threshold that picked under 3k/4 is divided "    \
     "by this before the next call")                                            \
   X(PGS_PARAM_OKTOPK_NUDGE_UP, "PG_SPARSE_OKTOPK_NUDGE_UP", PGS_PARAM_FLOAT,   \
-    "1.01", NULL, 1.0, 2.0,                                                    \
+    "1.008", NULL, 1.0, 2.0,                                                   \
     "Ok-Topk: a reused global threshold that picked over 5k/4 is multiplied "  \
     "by this before the next call")                                            \
   X(PGS_PARAM_OKTOPK_CAND_SLACK, "PG_SPARSE_OKTOPK_CAND_SLACK",                \
@@ -112,6 +112,14 @@ int pgs_param_string(pgs_param_id_t id, const char **out);
 
 /** @return 1 if the variable of @p id is set in the environment. */
 int pgs_param_is_set(pgs_param_id_t id);
+
+/** @return the text in effect (the environment's, else the default), or
+ *  NULL for an id out of range. */
+const char *pgs_param_text(pgs_param_id_t id);
+
+/** @return PGS_OK if the value in effect of @p id parses (whatever its
+ *  type), else PGS_ERR_INVALID (logged as the typed getters do). */
+int pgs_param_check(pgs_param_id_t id);
 
 #ifdef __cplusplus
 }

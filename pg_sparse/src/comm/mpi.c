@@ -7,7 +7,7 @@
  * its messages nor its error handler can interfere with the caller's. Errors
  * are returned, never fatal: the duplicate uses MPI_ERRORS_RETURN and every
  * MPI call goes through PGS_MPI_CHECK_GOTO, the one place where an MPI error
- * code becomes PGS_ERR_COMM (after its text is logged to stderr).
+ * code becomes PGS_ERR_COMM (after its text goes to the log sink, log.h).
  *
  * The user's messages (isend/irecv) are in mpi_p2p.c.
  *
