@@ -96,3 +96,24 @@ def test_method_names_carry_wire_and_hierarchy():
     for bad in ("gloo@node", "oktopk@ring", "bf16+bf16"):
         with pytest.raises(SystemExit):
             split_method(bad)
+
+
+def test_device_picks_the_baseline():
+    """--device cuda defaults to NCCL DDP as the baseline; nccl on CPU is refused."""
+    import argparse
+
+    def parse(*argv: str) -> argparse.Namespace:
+        p = argparse.ArgumentParser()
+        ddp.add_arguments(p)
+        return p.parse_args(["--out", "x", *argv])
+
+    assert ddp._methods(parse()) == list(ddp.METHODS)
+    gpu = ddp._methods(parse("--device", "cuda"))
+    assert "nccl" in gpu and "gloo" not in gpu
+    assert ddp.baseline_of("cuda") == "nccl" and ddp.baseline_of("cpu") == "gloo"
+    with pytest.raises(SystemExit, match="nccl needs --device cuda"):
+        ddp._methods(parse("--methods", "nocomm,nccl"))
+    # The options reach the ranks a launch starts.
+    argv = ddp._to_argv(parse("--device", "cuda", "--local-size", "2"))
+    assert argv[argv.index("--device") + 1] == "cuda"
+    assert argv[argv.index("--local-size") + 1] == "2"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-TORCH_METHODS = ("gloo", "bf16", "fp16", "powersgd")
+TORCH_METHODS = ("gloo", "nccl", "bf16", "fp16", "powersgd")
 
 
 def powersgd_groups_needed(numel: int, bucket_cap_mb: float) -> int:
@@ -20,14 +20,14 @@ def powersgd_groups_needed(numel: int, bucket_cap_mb: float) -> int:
 def register_hook(ddp: Any, method: str, density: float, gloo: Any,
                    psgd_groups: list[Any] | None = None, state: Any = None) -> Any:
     """Register ``method``'s comm hook on ``ddp`` and return its state:
-    ``gloo`` (none: plain DDP), ``bf16``/``fp16`` (torch's compression hooks),
+    ``gloo`` or ``nccl`` (none: plain DDP), ``bf16``/``fp16`` (torch's compression hooks),
     ``powersgd`` (:class:`PowerSGDPerBucket`) or a pg_sparse algorithm (a
     :class:`pg_sparse.SparseState` at ``density``, or ``state`` if given)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     import pg_sparse
 
-    if method == "gloo":
+    if method in ("gloo", "nccl"):
         return None
     if method == "bf16":
         ddp.register_comm_hook(gloo, bf16_hook)

@@ -5,9 +5,11 @@ Every method runs in the same processes, one after another, from the same
 initial weights on the same batches, with DDP's overlap on:
 
 - ``nocomm``: the model without DDP (the floor: no communication at all);
-- ``gloo``: plain DDP on a gloo group; ``bf16`` / ``fp16``: the same with
-  torch's ``bf16_compress_hook`` / ``fp16_compress_hook``; ``powersgd``:
-  torch's PowerSGD hook (rank 4, from iteration 2), all on that gloo group;
+- ``gloo``: plain DDP on a gloo group; ``nccl``: plain DDP on an NCCL group
+  (``--device cuda`` only); ``bf16`` / ``fp16``: DDP with torch's
+  ``bf16_compress_hook`` / ``fp16_compress_hook``; ``powersgd``: torch's
+  PowerSGD hook (rank 4, from iteration 2); these three on the baseline
+  group (gloo on CPU, NCCL with ``--device cuda``);
 - ``acpsgd``: pg_sparse's ACP-SGD hook (rank 4, from iteration 2) on the
   ``"sparse"`` default group's dense allreduce;
 - ``dense``, ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``:
@@ -16,6 +18,9 @@ initial weights on the same batches, with DDP's overlap on:
   (``SparseState(wire_dtype=...)``), a suffix ``@node`` (``oktopk@node``)
   reduces hierarchically: dense inside a node (LOCAL_WORLD_SIZE ranks),
   sparse across nodes (``SparseState(hierarchy="node")``).
+
+With ``--device cuda`` each rank trains on GPU LOCAL_RANK and the phases
+are timed with ``torch.cuda.synchronize()`` at their ends.
 
 Without RANK/WORLD_SIZE in the environment it launches itself under
 ``torch.distributed.run --standalone``; under torchrun, mpirun or a harness
@@ -36,6 +41,7 @@ from .common import context, ranks_on_machine
 
 SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
 METHODS = ("nocomm", "gloo", "bf16", "powersgd", *SPARSE_METHODS)  # the default list
+GPU_METHODS = ("nocomm", "nccl", "bf16", "powersgd", *SPARSE_METHODS)  # --device cuda
 ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS, "acpsgd")
 PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
 # Per step and rank: step, forward, backward, backward compute, wait, optimizer.
@@ -64,8 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder (rank 0 writes)")
     parser.add_argument("--model", default="mlp25m",
                         help="tiny | mlp25m | resnet50 | bert-base | gpt2")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS),
-                        help=f"some of {' '.join(ALL_METHODS)} (commas allowed)")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help=f"some of {' '.join(ALL_METHODS)} (commas allowed; default "
+                             f"{','.join(METHODS)}, with nccl for gloo on cuda)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: one GPU per rank (LOCAL_RANK), baselines on NCCL")
+    parser.add_argument("--local-size", type=int, default=0,
+                        help="ranks per node for @node methods (0: LOCAL_WORLD_SIZE)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per method")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed steps per method first (at least 3)")
@@ -92,16 +103,31 @@ def _to_argv(args: argparse.Namespace) -> list[str]:
             "--batch", str(args.batch), "--seq", str(args.seq),
             "--density", repr(args.density),
             "--bucket-cap-mb", repr(args.bucket_cap_mb), "--threads", str(args.threads),
-            "--lr", repr(args.lr), "--seed", str(args.seed)]
+            "--lr", repr(args.lr), "--seed", str(args.seed), "--device", args.device,
+            "--local-size", str(args.local_size)]
     return argv + (["--bucket-view"] if args.bucket_view else [])
 
 
 def _methods(args: argparse.Namespace) -> list[str]:
-    out = [m for item in args.methods for m in item.split(",") if m]
+    given = args.methods or (GPU_METHODS if args.device == "cuda" else METHODS)
+    out = [m for item in given for m in item.split(",") if m]
     bad = [m for m in out if split_method(m)[0] not in ALL_METHODS]
     if bad:
         raise SystemExit(f"ddp: unknown method(s) {bad}; choose from {ALL_METHODS}")
+    if "nccl" in out and args.device != "cuda":
+        raise SystemExit("ddp: method nccl needs --device cuda")
     return out
+
+
+def baseline_of(device: str) -> str:
+    """The plain-DDP method the ratios and parameter checks refer to."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def _to_device(batch: Any, device: Any) -> Any:
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    return batch.to(device, non_blocking=True)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -151,32 +177,43 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
     warmup = max(3, args.warmup)
     spec = get_model(args.model)
     batch, seq = args.batch or spec.batch, args.seq or spec.seq
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     if not dist.is_initialized():
         dist.init_process_group("sparse")
     rank, world = dist.get_rank(), dist.get_world_size()
-    gloo = dist.new_group(backend="gloo")
+    gloo = dist.new_group(backend="gloo")  # timing figures, and the CPU baselines
+    baseline = baseline_of(args.device)
+    nccl = dist.new_group(backend="nccl") if cuda else None
     threads = args.threads or max(1, (os.cpu_count() or 1) // ranks_on_machine(world))
     torch.set_num_threads(threads)
     transport, why = pg_sparse.choose_transport()
-    ctx = context(world_size=world, transport=f"sparse over {transport} ({why}); "
-                  "baselines on gloo")
+    if cuda:  # CUDA tensors take their own transport (NCCL unless told otherwise)
+        transport, why = str(pg_sparse.param("PG_SPARSE_CUDA_TRANSPORT")), "CUDA tensors"
+    ctx = context(world_size=world, device=args.device,
+                  transport=f"sparse over {transport} ({why}); baselines on {baseline}")
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
-    base = spec.build()
+    base = spec.build().to(device)
     build_s = time.perf_counter() - t0
     numel = sum(p.numel() for p in base.parameters() if p.requires_grad)
-    # PowerSGD: a gloo group per bucket (see PowerSGDPerBucket).
+    # PowerSGD: a group per bucket (see PowerSGDPerBucket).
     n_groups = powersgd_groups_needed(numel, args.bucket_cap_mb)
-    psgd_groups = [dist.new_group(backend="gloo") for _ in range(n_groups)] \
+    psgd_groups = [dist.new_group(backend=baseline) for _ in range(n_groups)] \
         if "powersgd" in methods else []
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank + 1)
-    batches = [spec.make_batch(gen, batch, seq) for _ in range(warmup + args.steps)]
+    batches = [_to_device(spec.make_batch(gen, batch, seq), device)
+               for _ in range(warmup + args.steps)]
+    groups = {"gloo": gloo, "baseline": nccl if cuda else gloo, "powersgd": psgd_groups}
     config = {"model": spec.name, "shape": spec.describe(batch, seq), "numel": numel,
               "batch": batch, "seq": seq, "steps": args.steps, "warmup": warmup,
               "density": args.density, "world_size": world, "threads_per_rank": threads,
               "bucket_cap_mb": args.bucket_cap_mb, "gradient_as_bucket_view": args.bucket_view,
               "optimizer": f"SGD(lr={args.lr}, momentum=0.9)", "methods": methods,
-              "build_s": build_s}
+              "build_s": build_s, "device": args.device, "baseline": baseline,
+              "local_size": args.local_size or None}
     if rank == 0:
         print(ctx.line(), flush=True)
         print(f"model {spec.name}: {config['shape']}; {numel:,} parameters; "
@@ -189,15 +226,15 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
         model = copy.deepcopy(base)
         try:
             row, params = _run_method(method, model, spec, batches, warmup, args,
-                                      gloo, world, numel, psgd_groups)
+                                      groups, world, numel)
         except Exception as e:  # keep going: one method's failure is a result too
             row, params = {"model": spec.name, "method": method, "error": repr(e)}, None
             if rank == 0:
                 print(f"  {method}: FAILED {e!r}", flush=True)
-        if params is not None and method == "gloo":
+        if params is not None and method == baseline:
             ref_params = params
         if params is not None and ref_params is not None:
-            row["param_max_abs_diff_vs_gloo"] = float((params - ref_params).abs().max())
+            row[f"param_max_abs_diff_vs_{baseline}"] = float((params - ref_params).abs().max())
         rows.append(row)
         if rank == 0 and "error" not in row:
             print(f"  {method:>9}: step {row['step_s_median'] * 1e3:8.1f} ms "
@@ -206,16 +243,18 @@ def run_ddp_suite(args: argparse.Namespace) -> dict[str, Any]:
         del model, params
         gc.collect()
         dist.barrier(group=gloo)
-    _ratios(rows)
+    _ratios(rows, baseline)
     for r in rows:
         r["link"] = ctx.link  # a bandwidth sweep groups rows by it
     return {"rank": rank, "context": ctx, "config": config, "rows": rows}
 
 
 def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: int,
-                args: argparse.Namespace, gloo: Any, world: int, numel: int,
-                psgd_groups: list[Any] | None = None) -> tuple[dict[str, Any], Any]:
-    """Warm up, then time ``args.steps`` steps of one method."""
+                args: argparse.Namespace, groups: dict[str, Any], world: int,
+                numel: int) -> tuple[dict[str, Any], Any]:
+    """Warm up, then time ``args.steps`` steps of one method. ``groups``:
+    ``gloo`` (CPU figures), ``baseline`` (torch's hooks) and ``powersgd``
+    (one per bucket)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -223,15 +262,18 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
 
     ddp, state = model, None
     base, wire, hierarchy = split_method(method)
+    gloo = groups["gloo"]
     if method != "nocomm":
-        group = gloo if method in TORCH_METHODS else None
+        group = None
+        if method in TORCH_METHODS:
+            group = gloo if method == "gloo" else groups["baseline"]
         ddp = DDP(model, process_group=group, bucket_cap_mb=args.bucket_cap_mb,
                   gradient_as_bucket_view=args.bucket_view)
         if wire is not None or hierarchy is not None:
             state = pg_sparse.SparseState(
                 density=args.density, wire_dtype=None if wire is None else getattr(torch, wire),
-                hierarchy=hierarchy or "flat")
-        state = register_hook(ddp, base, args.density, gloo, psgd_groups, state)
+                hierarchy=hierarchy or "flat", local_size=args.local_size or None)
+        state = register_hook(ddp, base, args.density, group, groups["powersgd"], state)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     ready = [0.0]
 
@@ -240,7 +282,12 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
 
     handles = [p.register_post_accumulate_grad_hook(mark)
                for p in model.parameters() if p.requires_grad]
-    pc = time.perf_counter
+    if args.device == "cuda":  # a phase ends when the GPU is done with it
+        def pc() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+    else:
+        pc = time.perf_counter
     times: list[list[float]] = []
     stats: list[list[float]] = []
     for i, b in enumerate(batches):
@@ -267,7 +314,7 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
     sent = {"powersgd": lambda: powersgd_elements(model),
             "acpsgd": lambda: powersgd_elements(model, factors=1.0)}
     row = _row(method, spec.name, per_step, world, numel,
-               sent[method]() if method in sent else 0)
+               sent[method]() if method in sent else 0, args.device)
     if stats:
         st = _sync_max(stats, gloo)
         row["bytes_per_rank"] = float(st[:, 0].mean())
@@ -285,14 +332,16 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
 
 
 def _row(method: str, model: str, per_step: Any, world: int, numel: int,
-         psgd_elements: float = 0) -> dict[str, Any]:
+         psgd_elements: float = 0, device: str = "cpu") -> dict[str, Any]:
     """One method's row from its per-step (max over ranks) times."""
     med = per_step.quantile(0.5, dim=0)  # the median (mean of the middle two)
     step = per_step[:, 0]
     ring = 2.0 * (world - 1) / world
     row: dict[str, Any] = {
         "model": model, "method": method,
-        "group": "-" if method == "nocomm" else ("gloo" if method in TORCH_METHODS else "sparse"),
+        "group": "-" if method == "nocomm" else (
+            ("gloo" if method == "gloo" else baseline_of(device)) if method in TORCH_METHODS
+            else "sparse"),
         "steps": int(per_step.shape[0]), "world_size": world, "numel": numel,
         "step_s_median": float(med[0]), "step_s_min": float(step.min()),
         "step_s_max": float(step.max()), "step_s_samples": [float(x) for x in step],
@@ -301,7 +350,7 @@ def _row(method: str, model: str, per_step: Any, world: int, numel: int,
     }
     if method == "nocomm":
         row["bytes_per_rank"], row["bytes_source"] = 0.0, "no communication"
-    elif method == "gloo" or split_method(method)[0] in SPARSE_METHODS:
+    elif method in ("gloo", "nccl") or split_method(method)[0] in SPARSE_METHODS:
         row["bytes_per_rank"] = ring * 4 * numel
         row["bytes_source"] = "ring model 2(P-1)/P x 4 B x n"
     elif method in ("bf16", "fp16"):
@@ -316,13 +365,13 @@ def _row(method: str, model: str, per_step: Any, world: int, numel: int,
     return row
 
 
-def _ratios(rows: list[dict[str, Any]]) -> None:
-    """Ratios to gloo, bf16 and the nocomm floor, in place."""
+def _ratios(rows: list[dict[str, Any]], baseline: str = "gloo") -> None:
+    """Ratios to the baseline (gloo or nccl), bf16 and the nocomm floor, in place."""
     by = {r["method"]: r for r in rows if "error" not in r}
     for r in rows:
         if "error" in r:
             continue
-        for ref in ("gloo", "bf16", "nocomm"):
+        for ref in (baseline, "bf16", "nocomm"):
             other = by.get(ref)
             r[f"ratio_to_{ref}"] = (r["step_s_median"] / other["step_s_median"]
                                     if other else None)

@@ -31,6 +31,7 @@ def write_outputs(out_path: str | os.PathLike[str], result: dict[str, Any]) -> d
     out = out_dir(out_path)
     stem = f"ddp_{config['model']}"
     paths = {"json": str(write_json(out / f"{stem}.json", ctx, rows, config=config))}
+    base = config.get("baseline", "gloo")
     table = []
     for r in rows:
         if "error" in r:
@@ -40,7 +41,7 @@ def write_outputs(out_path: str | os.PathLike[str], result: dict[str, Any]) -> d
             "method": r["method"],
             "step": f"{r['step_s_median'] * 1e3:.1f} [{r['step_s_min'] * 1e3:.1f}"
                     f"\u2013{r['step_s_max'] * 1e3:.1f}]",
-            "gloo": _ratio(r.get("ratio_to_gloo")), "bf16": _ratio(r.get("ratio_to_bf16")),
+            "base": _ratio(r.get(f"ratio_to_{base}")), "bf16": _ratio(r.get("ratio_to_bf16")),
             "floor": "" if r.get("over_nocomm_s") is None else
                      f"{r['over_nocomm_s'] * 1e3:+.1f} ms ({_ratio(r.get('ratio_to_nocomm'))})",
             "bytes": fmt(int(r["bytes_per_rank"])) + ("*" if "estimate" in r["bytes_source"]
@@ -48,9 +49,9 @@ def write_outputs(out_path: str | os.PathLike[str], result: dict[str, Any]) -> d
             "density": f"{r['density']:.4g}",
             **{k: _cell_ms(r, k) for k in (*PHASES, *HOOK_PHASES)},
         })
-    cols = ["method", "step", "gloo", "bf16", "floor", "bytes", "density", *PHASES,
+    cols = ["method", "step", "base", "bf16", "floor", "bytes", "density", *PHASES,
             *HOOK_PHASES]
-    heads = ["method", "step ms median [min\u2013max]", "ratio to gloo", "ratio to bf16",
+    heads = ["method", "step ms median [min\u2013max]", f"ratio to {base}", "ratio to bf16",
              "vs nocomm floor", "bytes per rank", "density", "forward ms",
              "backward compute ms", "backward wait ms", "optimizer ms", "hook time ms",
              "hook select ms", "hook reduce ms", "hook gather ms"]
@@ -71,8 +72,12 @@ def write_outputs(out_path: str | os.PathLike[str], result: dict[str, Any]) -> d
         "DDP's buffer broadcasts (BatchNorm) are not counted. bf16 is torch's "
         "bf16_compress_hook registered under another name (torch's DDP refuses that name "
         "without CUDA and NCCL; gloo reduces bf16 on CPU). PowerSGD: rank 4 from iteration "
-        "2, one state and gloo group per bucket (with one group its chained allreduces "
-        "race the next bucket's on gloo).",
+        f"2, one state and {base} group per bucket (with one group its chained allreduces "
+        "race the next bucket's on gloo). torch's hooks run on the baseline group "
+        f"({base}).",
+        *(["On CUDA every phase ends with torch.cuda.synchronize(); the backward "
+           "compute/wait split is when the last gradient's hook ran on the host, so on "
+           "the GPU it tells little."] if config.get("device") == "cuda" else []),
     ]
     paths["markdown"] = str(write_markdown(out / f"{stem}.md",
                                            f"DDP step time: {config['model']}", ctx, notes))
