@@ -8,6 +8,10 @@
 #   bash tests/run_gpu_tests.sh memcheck  compute-sanitizer memcheck on kernels
 #   bash tests/run_gpu_tests.sh bench     kernel benchmarks vs torch.topk
 #   bash tests/run_gpu_tests.sh allreduce Ok-Topk etc. vs NCCL dense, 2 GPUs
+#   bash tests/run_gpu_tests.sh allreduce_sweep  the same at n 27.5M/110M,
+#                                         density 0.01/0.001, 2..NGPU GPUs
+#   bash tests/run_gpu_tests.sh ddp       the DDP step suite (ResNet-50, BERT-base)
+#                                         on NGPU GPUs vs NCCL, bf16, PowerSGD
 #   bash tests/run_gpu_tests.sh python    the backend on CUDA: pytest, torchrun, 2 GPUs
 #                                         (every c10d op too; and the one-GPU checks)
 #   bash tests/run_gpu_tests.sh one       only the one-GPU checks (any GPU)
@@ -16,6 +20,8 @@
 #   bash tests/run_gpu_tests.sh p2p       send/recv of CUDA tensors vs NCCL, 2 GPUs
 #   bash tests/run_gpu_tests.sh faults    a rank killed mid-job on the GPU path, 2 GPUs
 # With no argument: build kernels algos python. Logs go to $OUT (or build-gpu/logs).
+# NGPU (default 2) sets the GPUs of the multi-GPU steps: algos, python,
+# allreduce, allreduce_sweep, ddp, p2p.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,7 +49,7 @@ step_kernels() {
 }
 
 step_algos() {
-  mpirun --oversubscribe -np 2 -x NCCL_NVLS_ENABLE \
+  mpirun --oversubscribe -np "${NGPU:-2}" -x NCCL_NVLS_ENABLE \
     "$build/tests/cuda_mpi/pgs_gpu_mpi_tests" >"$logs/gpu_algos.log" 2>&1
   local rc=$?
   grep -E "FAILED|Failure|rank|PASSED|SKIPPED \]|tests ran" \
@@ -79,7 +85,8 @@ step_ext() {
 
 step_python() {
   step_ext || return 1
-  PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda.py" \
+  PGS_CUDA_NPROC="${NGPU:-2}" PYTHONPATH="$root/python" \
+    python3 -m pytest "$root/tests/python/test_cuda.py" \
     "$root/tests/python/test_cuda_one.py" "$root/tests/python/test_every_op.py" \
     -k "not test_op or cuda-" -q 2>&1 | tee "$logs/pytest_cuda.log" | tail -15
   return "${PIPESTATUS[0]}"
@@ -107,6 +114,44 @@ step_allreduce() {
   mpirun --oversubscribe -np "${NGPU:-2}" -x NCCL_NVLS_ENABLE \
     "$build/cuda/pgs_allreduce_bench" "${BENCH_N:-27500000}" \
     "${BENCH_DENSITY:-0.01}" 20 2>&1 | tee "$logs/allreduce_bench.txt"
+}
+
+# The allreduce benchmark at every size, density and GPU count up to NGPU
+# (2, 4, 8): n = 27.5M and 110M fp32, density 0.01 and 0.001.
+step_allreduce_sweep() {
+  local p n d rc=0 log="$logs/allreduce_sweep.txt"
+  : >"$log"
+  for p in 2 4 8; do
+    [ "$p" -le "${NGPU:-2}" ] || continue
+    for n in 27500000 110000000; do
+      for d in 0.01 0.001; do
+        echo "-- P=$p n=$n density=$d" | tee -a "$log"
+        mpirun --oversubscribe -np "$p" -x NCCL_NVLS_ENABLE \
+          "$build/cuda/pgs_allreduce_bench" "$n" "$d" 20 >>"$log" 2>&1 || rc=1
+        grep -E "^(dense|oktopk|topka|topkdsa|gtopk|gaussiank)" "$log" | tail -9
+      done
+    done
+  done
+  return $rc
+}
+
+# The DDP step suite on NGPU GPUs (after `ext`): ResNet-50 and BERT-base,
+# NCCL dense, bf16 compression and PowerSGD beside every pg_sparse hook, and
+# Ok-Topk reduced hierarchically over "nodes" of NGPU/2 GPUs.
+step_ddp() {
+  local g=${NGPU:-2} rc=0 model
+  for model in ${DDP_MODELS:-resnet50 bert-base}; do
+    local shape=(--batch 32 --seq 224)
+    [ "$model" = "resnet50" ] || shape=(--batch 16 --seq 128)
+    PYTHONPATH="$root/python" timeout "${DDP_LIMIT:-240}" torchrun \
+      --nproc_per_node="$g" -m pg_sparse.bench ddp --device cuda --model "$model" \
+      "${shape[@]}" --steps 10 --warmup 3 --out "$logs/ddp-P$g" \
+      --local-size $((g > 2 ? g / 2 : 1)) --methods nocomm nccl bf16 powersgd dense \
+      oktopk oktopk+bf16 topka topkdsa gtopk gaussiank acpsgd oktopk@node 2>&1 |
+      tee "$logs/ddp-$model-P$g.log" | grep -v "^\[rank\|Warning\|warn" | tail -25
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  done
+  return $rc
 }
 
 # A rank SIGKILLed in a hook step, a send/recv or an all_reduce on CUDA

@@ -130,6 +130,7 @@ int main(int argc, char **argv) {
       {PGS_ALGO_DENSE, PGS_FLOAT32},    {PGS_ALGO_DENSE, PGS_BFLOAT16},
       {PGS_ALGO_OKTOPK, PGS_FLOAT32},   {PGS_ALGO_OKTOPK, PGS_BFLOAT16},
       {PGS_ALGO_TOPKA, PGS_FLOAT32},    {PGS_ALGO_TOPKA, PGS_BFLOAT16},
+      {PGS_ALGO_TOPKDSA, PGS_FLOAT32},  {PGS_ALGO_GTOPK, PGS_FLOAT32},
       {PGS_ALGO_GAUSSIANK, PGS_FLOAT32}};
   std::vector<Result> res;
   for (auto a : algos)

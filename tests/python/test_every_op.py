@@ -2,7 +2,7 @@
 job (reduce, gather, scatter, list and coalesced forms, bitwise ops, every
 dtype, 0-d, empty and non-contiguous tensors, sparse allreduce and DDP over a
 sparse embedding, sequence numbers, the timeout message), under torchrun and
-mpirun at P = 2 and 3."""
+mpirun at P = 2 and 3 (on CUDA tensors at P = 2, and 4 where four GPUs are lent)."""
 
 import pytest
 import torch
@@ -21,11 +21,16 @@ CONFIGS = {
     "torchrun-P2-detail": ("torchrun", 2, {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
 }
 # The "sparse" side on CUDA tensors, one GPU per rank (NCCL; the gloo
-# oracle on CPU copies), where two GPUs are lent.
+# oracle on CPU copies), where two GPUs are lent (and at P = 4 where four are).
 CUDA_CONFIGS = {
     "cuda-torchrun-P2": ("torchrun", 2, {"PGS_EVERY_OP_DEVICE": "cuda"}),
     "cuda-mpirun-P2": ("mpirun", 2, {"PGS_EVERY_OP_DEVICE": "cuda"}),
 }
+if NGPU >= 4:  # P = 4 too, where four GPUs are lent
+    CUDA_CONFIGS.update({
+        "cuda-torchrun-P4": ("torchrun", 4, {"PGS_EVERY_OP_DEVICE": "cuda"}),
+        "cuda-mpirun-P4": ("mpirun", 4, {"PGS_EVERY_OP_DEVICE": "cuda"}),
+    })
 if NGPU >= 2:
     CONFIGS.update(CUDA_CONFIGS)
 JOB_TIMEOUT = 120
