@@ -11,6 +11,7 @@ mapping number them), so rank r is local rank r % L of node r // L.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -54,21 +55,28 @@ class Topology:
             self._scratch[index] = kept
         return kept
 
-    def submit(self, stages: Sequence[Callable[[Any], Any]]) -> torch.futures.Future:
+    def submit(self, stages: Sequence[Callable[[Any], Any]],
+               device: torch.device | None = None) -> torch.futures.Future:
         """Run ``stages`` (each takes the previous one's result, the first
         None) as a pipeline: stage k of every job on thread k, in submission
         order; return a future of the last result. Each group's collectives
         come from one thread in bucket order, so in the same order on every
         rank (threads sharing a group would interleave differently on
         different ranks and deadlock), while bucket i's allgather, bucket
-        i+1's sparse stage and bucket i+2's reduce-scatter overlap."""
+        i+1's sparse stage and bucket i+2's reduce-scatter overlap.
+
+        On a CUDA ``device`` every stage runs on the caller's device and
+        current stream (a new thread would start on GPU 0's default stream,
+        unordered with the bucket's producer), and the future is a CUDA
+        future of that device, so its consumer's stream waits for the result."""
         while len(self._stages) < len(stages):
             q: queue.Queue = queue.Queue()
             self._stages.append(q)
             threading.Thread(target=_serve, args=(q, self._stages), daemon=True,
                              name=f"pg_sparse-hierarchy-{len(self._stages)}").start()
-        fut: torch.futures.Future = torch.futures.Future()
-        self._stages[0].put((list(stages), 0, None, fut))
+        cuda = device is not None and device.type == "cuda"
+        fut: torch.futures.Future = torch.futures.Future(devices=[device] if cuda else None)
+        self._stages[0].put((list(stages), 0, None, fut, _on_stream(device) if cuda else None))
         return fut
 
     def shard(self, n: int) -> tuple[int, int]:
@@ -77,19 +85,36 @@ class Topology:
         return s, s * self.local_size
 
 
+def _on_stream(device: torch.device) -> Callable[[], contextlib.ExitStack]:
+    """A context factory: ``device`` and the caller's current stream on it."""
+    stream = torch.cuda.current_stream(device)
+
+    def enter() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.cuda.device(device))
+        stack.enter_context(torch.cuda.stream(stream))
+        return stack
+
+    return enter
+
+
 def _serve(jobs: queue.Queue, stages: list[queue.Queue]) -> None:
-    """One stage's thread: run the job's stage, pass the result on."""
+    """One stage's thread: run the job's stage, pass the result on (or
+    complete the future). Any failure, the future's own included, reaches
+    the caller through the future: a thread that died would leave it pending."""
     while True:
-        job, k, value, fut = jobs.get()
+        job, k, value, fut, on_stream = jobs.get()
         try:
-            value = job[k](value)
-        except BaseException as e:  # reaches the caller through the future
-            fut.set_exception(e)
+            with on_stream() if on_stream else contextlib.nullcontext():
+                value = job[k](value)
+                if k + 1 == len(job):
+                    fut.set_result(value)  # records the CUDA future's events here
+        except BaseException as e:
+            if not fut.done():
+                fut.set_exception(e)
             continue
         if k + 1 < len(job):
-            stages[k + 1].put((job, k + 1, value, fut))
-        else:
-            fut.set_result(value)
+            stages[k + 1].put((job, k + 1, value, fut, on_stream))
 
 
 def local_size_of(given: int | None) -> int:

@@ -86,8 +86,18 @@ def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
         # them), over L: the average over every rank.
         return native.allreduce(shard).get_future().wait()[0].div_(topo.local_size)
 
-    fut = topo.submit([lambda _: _hierarchy.reduce_scatter(topo, buf, full, shard), sparse,
-                       lambda out: _hierarchy.all_gather(topo, out, full, n).view_as(buf)])
+    stages = [lambda _: _hierarchy.reduce_scatter(topo, buf, full, shard), sparse,
+              lambda out: _hierarchy.all_gather(topo, out, full, n).view_as(buf)]
+    if buf.is_cuda:
+        # One thread, in bucket order: every rank then queues its NCCL
+        # kernels of the three groups in the same order. Pipelined, a rank's
+        # GPU could hold bucket i's allgather behind bucket i+1's sparse
+        # kernels while a peer's holds them the other way round (kernels of
+        # different communicators wait for peers in launch order). The DDP
+        # suite's ResNet-50 at P = 4 hung pipelined.
+        rs, sp, ag = stages
+        stages = [lambda _: ag(sp(rs(None)))]
+    fut = topo.submit(stages, buf.device)
     state._count_iteration(bucket)
     return fut
 

@@ -22,6 +22,7 @@ CHECKS = ["broadcast"] + [
     "p2p_recv_timeout"] + [
     f"ddp_hook_density1_{a}" for a in
     ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")] + [
+    f"ddp_hook_density1_{a}_node" for a in ("dense", "oktopk", "gtopk")] + [
     "oktopk_density001_trains"]
 
 

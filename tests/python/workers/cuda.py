@@ -210,15 +210,18 @@ def main() -> None:
             losses.append(loss.item())
         return losses
 
-    def hook_matches_nccl(algo: str) -> Callable[[], str]:
+    def hook_matches_nccl(algo: str, hierarchy: str = "flat") -> Callable[[], str]:
+        # hierarchy="node": "nodes" of size / 2 GPUs (1 at P = 2), so the
+        # stage threads, the streams and the CUDA future run on the GPU path.
         def check() -> str:
             ref = DDP(model(), device_ids=[dev.index], process_group=nccl,
                       gradient_as_bucket_view=True)
             train(ref, 20)
             m = DDP(model(), device_ids=[dev.index], gradient_as_bucket_view=True,
                     bucket_cap_mb=0.01)
-            m.register_comm_hook(pg_sparse.SparseState(density=1.0),
-                                 pg_sparse.hooks.HOOKS[algo])
+            m.register_comm_hook(pg_sparse.SparseState(
+                density=1.0, hierarchy=hierarchy, local_size=max(1, size // 2)),
+                pg_sparse.hooks.HOOKS[algo])
             train(m, 20)
             worst = max((p - q).abs().max().item()
                         for p, q in zip(m.parameters(), ref.parameters()))
@@ -267,6 +270,8 @@ def main() -> None:
                ("p2p_ordered_and_streams", ordered_and_streams),
                ("p2p_recv_timeout", recv_timeout)]
     checks += [(f"ddp_hook_density1_{a}", hook_matches_nccl(a)) for a in ALGOS]
+    checks += [(f"ddp_hook_density1_{a}_node", hook_matches_nccl(a, "node"))
+               for a in ("dense", "oktopk", "gtopk")]
     checks += [("oktopk_density001_trains", oktopk_trains)]
     for name, fn in checks:
         rec.run(name, fn)
