@@ -194,6 +194,12 @@ void SparseBucket::set_density(double density) {
   check(pgs_bucket_set_density(state_->bucket, density), "setting the density");
 }
 
+void SparseBucket::set_dense(bool dense) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  check(pgs_bucket_set_dense(state_->bucket, dense ? 1 : 0),
+        "choosing dense or sparse");
+}
+
 void SparseBucket::set_residual(const at::Tensor& r) {
   TORCH_CHECK_VALUE(r.numel() == numel_, "pg_sparse: residual has ", r.numel(),
                     " elements, bucket has ", numel_);

@@ -44,6 +44,8 @@ class SparseBucket {
 
   at::Tensor residual() const;
   void set_density(double density);
+  void set_dense(
+      bool dense);  // every call dense (residual flushed) until false
   void set_residual(const at::Tensor& r);
   // step, thresholds and (oktopk) region bounds; bounds empty when unset.
   std::map<std::string, double> get_state(std::vector<int64_t>* bounds) const;

@@ -123,6 +123,8 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("set_density", &SparseBucket::set_density, py::arg("density"),
            py::call_guard<py::gil_scoped_release>())
+      .def("set_dense", &SparseBucket::set_dense, py::arg("dense"),
+           py::call_guard<py::gil_scoped_release>())
       .def("get_state",
            [](const SparseBucket& b) {
              std::vector<int64_t> bounds;

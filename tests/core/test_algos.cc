@@ -187,6 +187,39 @@ TEST_P(AlgoTest, DensityScheduleKeepsConservation) {
   EXPECT_EQ(pgs_bucket_set_density(nullptr, 0.1), PGS_ERR_INVALID);
 }
 
+// A dense/sparse choice (pgs_bucket_set_dense between calls): a dense call
+// flushes the residual into the sum (output = average of g + r, residual
+// zero afterwards), sparse calls resume, and nothing is lost at any switch.
+TEST_P(AlgoTest, DenseChoiceFlushesResidual) {
+  const size_t n = 3001;
+  Runner run(transport(), make_config(algo(), 0.02, 0, 8, 4), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  const int choice[] = {0, 0, 1, 0, 0, 1, 1, 0};
+  for (int64_t step = 0; step < 8; ++step) {
+    ASSERT_EQ(pgs_bucket_set_dense(run.bucket(), choice[step]), PGS_OK);
+    ASSERT_TRUE(run.step_all(normal_data(n, 37, world_rank(), step)));
+    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+    EXPECT_EQ(run.stats.dense != 0, choice[step] || algo() == PGS_ALGO_DENSE)
+        << "step " << step;
+    if (choice[step]) {
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(run.resid[i], 0.0f) << i;
+    }
+  }
+  EXPECT_EQ(pgs_bucket_set_dense(run.bucket(), 2), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_set_dense(nullptr, 1), PGS_ERR_INVALID);
+}
+
+// Ranks that choose differently fail the next call on every rank.
+TEST_P(AlgoTest, DenseChoiceComparedAcrossRanks) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  const size_t n = 500;
+  Runner run(transport(), make_config(algo(), 0.05, 0), n);
+  ASSERT_TRUE(all_ranks(run.ok()));
+  ASSERT_TRUE(run.step_all(normal_data(n, 41, world_rank(), 0)));
+  ASSERT_EQ(pgs_bucket_set_dense(run.bucket(), world_rank() == 0), PGS_OK);
+  EXPECT_EQ(run.step(normal_data(n, 41, world_rank(), 1)), PGS_ERR_MISMATCH);
+}
+
 // In-place output (DDP hands the bucket buffer in and takes it back).
 TEST_P(AlgoTest, InPlaceOutput) {
   const size_t n = 2000;

@@ -151,6 +151,14 @@ int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
  *  0 < density <= 1. */
 int pgs_bucket_set_density(pgs_bucket_t *bucket, double density);
 
+/** dense = 1: from the next call on, every call is the dense step (the
+ *  residual is added to the gradient and sent with it, then cleared: nothing
+ *  is lost); dense = 0: the algorithm again, its thresholds and regions kept.
+ *  For a per-bucket dense/sparse choice. Every rank must make the same
+ *  choice before the same call: the next call compares it across ranks
+ *  (PGS_ERR_MISMATCH). PGS_ERR_INVALID unless dense is 0 or 1. */
+int pgs_bucket_set_dense(pgs_bucket_t *bucket, int dense);
+
 /** Statistics of the last call. */
 void pgs_bucket_stats(const pgs_bucket_t *bucket, pgs_stats_t *out);
 size_t pgs_bucket_size(const pgs_bucket_t *bucket);

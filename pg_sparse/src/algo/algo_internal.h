@@ -37,6 +37,9 @@ struct pgs_bucket {
   /* The residual is known to be all zero (fresh, or cleared by a dense
    * step): a dense call then needs neither the accumulate nor the clear. */
   int resid_zero;
+  /* Every call runs the dense step (residual flushed into it) until cleared:
+   * an automatic dense/sparse choice (pgs_bucket_set_dense). */
+  int force_dense;
   /* Sizes and settings were compared across ranks (on the first call):
    * they cannot change for the bucket's life, so later dense calls skip the
    * control allreduce, as DDP verifies parameter shapes once. */

@@ -156,6 +156,16 @@ int pgs_bucket_set_density(pgs_bucket_t *b, double density) {
   return PGS_OK;
 }
 
+int pgs_bucket_set_dense(pgs_bucket_t *b, int dense) {
+  if (b == NULL || (dense != 0 && dense != 1)) return PGS_ERR_INVALID;
+  b->force_dense = dense;
+  /* The next call compares the choice across ranks, also where it did not
+   * change here: a rank that kept its choice must still catch one that
+   * changed (both call this before the same call). */
+  b->checked = 0;
+  return PGS_OK;
+}
+
 size_t pgs_bucket_size(const pgs_bucket_t *b) {
   return b == NULL ? 0 : b->n;
 }
@@ -268,7 +278,7 @@ int pgs_flag_settle(pgs_bucket_t *b, int any_negative) {
  * call, and after a density change): MAX of (v, -v) gives max and -min, so
  * one small allreduce detects any disagreement. Per-call input problems
  * travel in the algorithms' own messages instead (pgs_flag_*). */
-enum { CHECK_FIELDS = 7 };
+enum { CHECK_FIELDS = 8 };
 
 static int check_settings(pgs_bucket_t *b) {
   const int64_t mine[CHECK_FIELDS] = {(int64_t)b->n,
@@ -277,7 +287,8 @@ static int check_settings(pgs_bucket_t *b) {
                                       b->cfg.warmup_steps,
                                       b->cfg.tau,
                                       b->cfg.tau_prime,
-                                      (int64_t)b->cfg.wire_dtype};
+                                      (int64_t)b->cfg.wire_dtype,
+                                      b->force_dense};
   int64_t v[2 * CHECK_FIELDS];
   for (int i = 0; i < CHECK_FIELDS; ++i) {
     v[2 * i] = mine[i];
@@ -397,7 +408,8 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
   if (b == NULL || grad == NULL || out == NULL) return PGS_ERR_INVALID;
   reset_stats(b);
   pgs_phase_enter(b, PGS_PHASE_SELECT);
-  const int dense = b->step < b->cfg.warmup_steps || b->algo == &pgs_algo_dense;
+  const int dense = b->step < b->cfg.warmup_steps || b->force_dense ||
+                    b->algo == &pgs_algo_dense;
   b->call_bad = 0;
   b->call_grad = grad;
   int st = b->checked ? PGS_OK : check_settings(b);
