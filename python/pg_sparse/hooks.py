@@ -6,6 +6,8 @@ size), as DDP expects. No ``from __future__ import annotations`` here: DDP
 checks the hooks' annotations against the real types.
 """
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -43,10 +45,13 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     index = bucket.index()
     native, segments = state._bucket_for(index, buf, params)
     state._schedule_density(index, native)
+    auto = state._auto
+    if auto is not None:
+        auto.before_call(index, native, state._group())
     if segments is None and not state.momentum and not state.precondition:
         fut = native.allreduce(buf).get_future().then(_first)
         state._count_iteration(bucket)
-        return fut
+        return fut if auto is None else fut.then(_recorded(auto, index, native))
     # The state refers to another packing of these parameters (DDP's
     # first iteration after a restore): run it in that order.
     x = buf if segments is None else _permute(buf, segments)
@@ -66,7 +71,15 @@ def _run(state: SparseState, bucket: dist.GradBucket,
 
     fut = native.allreduce(x).get_future().then(done)
     state._count_iteration(bucket)
-    return fut
+    return fut if auto is None else fut.then(_recorded(auto, index, native))
+
+
+def _recorded(auto: Any, index: int, native: Any) -> Any:
+    """A ``then`` callback: the call's time into the auto chooser's window."""
+    def record(fut: torch.futures.Future) -> torch.Tensor:
+        auto.after_call(index, native)
+        return fut.value()
+    return record
 
 
 def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C, _hierarchy
+from . import _C, _auto, _hierarchy
 from ._buffers import ParamBuffers
 
 # The core's algorithm table (PGS_ALGO_MAP in bucket.h), in its order.
@@ -35,7 +35,20 @@ class SparseState:
 
     Args:
         algo: one of ``ALGORITHMS``; ``None`` lets the hook choose (the
-            per-algorithm hooks set it, ``sparse_hook`` uses "oktopk").
+            per-algorithm hooks set it, ``sparse_hook`` uses "oktopk");
+            ``"auto"`` (with ``sparse_hook``) chooses per bucket: the
+            group's latency and bandwidth are measured on the first call
+            and the selection cost on each bucket's first gradient, the
+            sparse algorithm of ``auto_algos`` predicted fastest is the
+            bucket's, and every ``auto_interval`` calls the bucket runs dense
+            or sparse, whichever is predicted faster (measured times
+            correct the model; a switch to dense sends the residual along).
+            ``stats()`` reports the choice (``auto_dense``), the model's
+            times and the prediction error (``auto_error``).
+        auto_algos: the sparse candidates of ``algo="auto"``.
+        auto_interval: calls of a bucket between two of its decisions.
+        auto_link: ``(alpha, beta)``: seconds per message round and bytes per
+            second per rank, instead of measuring them.
         density: fraction of entries sent, k = max(1, round(density * n)),
             in (0, 1].
         warmup_steps: iterations run as dense allreduce first, counted as
@@ -144,10 +157,14 @@ class SparseState:
                  precondition: str | None = None,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  max_grad_norm: float = 0.0, hierarchy: str = "flat",
-                 local_size: int | None = None) -> None:
-        if algo is not None and algo not in ALGORITHMS:
+                 local_size: int | None = None,
+                 auto_algos: Sequence[str] = _auto.CANDIDATES, auto_interval: int = 100,
+                 auto_link: tuple[float, float] | None = None) -> None:
+        if algo is not None and algo not in (*ALGORITHMS, "auto"):
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
-                             f"choose one of {ALGORITHMS}")
+                             f"choose one of {(*ALGORITHMS, 'auto')}")
+        self._auto = _check_auto(algo, auto_algos, auto_interval, auto_link,
+                                 hierarchy, precondition)
         if not isinstance(density, (int, float)) or not 0.0 < density <= 1.0:
             raise ValueError(f"pg_sparse: density must be in (0, 1], got {density!r}")
         for name, value, low in (("warmup_steps", warmup_steps, 0),
@@ -223,10 +240,10 @@ class SparseState:
         self._pinned: set[int] = set()  # bucket indices that keep their layout
 
     # -- native buckets -------------------------------------------------
-    def _config(self, tensor: torch.Tensor, warmup: int) -> Any:
+    def _config(self, tensor: torch.Tensor, warmup: int, algo: str | None = None) -> Any:
         c = _C.BucketConfig()
         c.wire = _WIRE_TYPES.get(self.wire_dtype or tensor.dtype, "float32")
-        c.algo = self.algo or "oktopk"
+        c.algo = algo or self.algo or "oktopk"
         c.density = self.density
         c.warmup_steps = warmup
         c.tau = self.tau
@@ -244,12 +261,15 @@ class SparseState:
                 self._topology = _hierarchy.build(self.local_size)
         return self._topology
 
-    def _backend(self, device: torch.device) -> Any:
+    def _group(self) -> Any:
         topo = self._hierarchical()
         group = topo.cross_group if topo is not None else self.process_group or dist.group.WORLD
         if group is None:
             raise RuntimeError("pg_sparse: call dist.init_process_group first")
-        return group._get_backend(device)
+        return group
+
+    def _backend(self, device: torch.device) -> Any:
+        return self._group()._get_backend(device)
 
     def native_bucket(self, index: int, tensor: torch.Tensor) -> Any:
         """The native state for DDP bucket ``index`` holding ``tensor``."""
@@ -295,8 +315,12 @@ class SparseState:
         else:
             saved = self._take_saved(index, tensor.numel(), layout)
             warmup = self._warmup_for(saved)
+            algo = None
+            if self._auto is not None:  # measures and predicts (collective)
+                algo = self._auto.create(index, tensor, self.density, self._group(),
+                                         None if saved is None else saved.get("auto"))
             b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
-                                self._config(tensor, warmup))
+                                self._config(tensor, warmup, algo))
             self._warmup_of[index] = warmup
             self._applied_density.pop(index, None)
             mine = layout
@@ -470,7 +494,8 @@ class SparseState:
         ``density``, ``local_selected``, ``global_selected``, ``words_sent``,
         ``words_recv``, ``bytes_sent``, ``time_s``, the ``words_*_bound``s,
         threshold recomputes and more."""
-        return {i: dict(b.stats()) for i, b in sorted(self._buckets.items())}
+        return {i: {**b.stats(), **(self._auto.stats(i) if self._auto else {})}
+                for i, b in sorted(self._buckets.items())}
 
     def summary(self) -> dict[str, float]:
         """Totals of the last call over all buckets."""
@@ -481,6 +506,8 @@ class SparseState:
                   "time_reduce_s", "time_gather_s", "words_upper_bound",
                   "words_lower_bound", "transport_calls", "host_syncs")}
         total["density"] = total["global_selected"] / total["n"] if total["n"] else 0.0
+        if self._auto is not None:  # buckets whose current choice is dense
+            total["auto_dense"] = sum(s.get("auto_dense", 0.0) for s in per)
         return total
 
     # -- checkpointing --------------------------------------------------
@@ -497,6 +524,7 @@ class SparseState:
                           "adam_t": self._adam_t.get(i, 0),
                           "adam_age": self._age.saved(i),
                           "warmup": self._warmup_of.get(i, self.warmup_steps),
+                          **({"auto": self._auto.saved(i)} if self._auto else {}),
                           "layout": None if layout is None else [list(x) for x in layout]}
         return {"version": STATE_VERSION, "iteration": self._iteration,
                 "config": {k: getattr(self, k) for k in _CONFIG_KEYS},
@@ -522,6 +550,9 @@ class SparseState:
                                 else "'config' or 'buckets' missing"))
         for k, v in state["config"].items():
             setattr(self, k, v)
+        if self.algo == "auto" and self._auto is None:  # unpickled: defaults
+            self._auto = _check_auto("auto", _auto.CANDIDATES, 100, None, self.hierarchy,
+                                     self.precondition)
         self._iteration = int(state.get("iteration", 0))
         self._saved = {int(i): dict(s) for i, s in state["buckets"].items()}
         for i, b in list(self._buckets.items()):
@@ -552,6 +583,27 @@ class SparseState:
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__init__()
         self.load_state_dict(d["state"])
+
+
+def _check_auto(algo: str | None, candidates: Sequence[str], interval: int,
+                link: tuple[float, float] | None, hierarchy: str,
+                precondition: str | None) -> _auto.AutoChooser | None:
+    """The chooser of algo="auto" (None otherwise), its settings checked."""
+    if algo != "auto":
+        return None
+    bad = [a for a in candidates if a not in _auto.CANDIDATES]
+    if not candidates or bad:
+        raise ValueError(f"pg_sparse: auto_algos must be some of {_auto.CANDIDATES}, "
+                         f"got {tuple(candidates)!r}")
+    if not isinstance(interval, int) or interval < 1:
+        raise ValueError(f"pg_sparse: auto_interval must be an integer >= 1, got {interval!r}")
+    if link is not None and (len(link) != 2 or not all(
+            isinstance(v, (int, float)) and v > 0 for v in link)):
+        raise ValueError(f"pg_sparse: auto_link must be (alpha seconds, beta bytes/s), "
+                         f"both > 0, got {link!r}")
+    if hierarchy != "flat" or precondition:
+        raise ValueError("pg_sparse: algo='auto' runs flat, without precondition")
+    return _auto.AutoChooser(tuple(candidates), interval, link)
 
 
 def _clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:

@@ -43,6 +43,10 @@ def register_hook(ddp: Any, method: str, density: float, gloo: Any,
         state = pg_sparse.lowrank.ACPSGDState(rank=4, start_iter=2)
         ddp.register_comm_hook(state, pg_sparse.hooks.acpsgd_hook)
         return state
+    if method == "auto":  # per bucket dense or the predicted-fastest sparse algorithm
+        state = pg_sparse.SparseState(algo="auto", density=density)
+        ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+        return state
     if state is None:
         state = pg_sparse.SparseState(density=density)
     ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])

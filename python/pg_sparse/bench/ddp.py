@@ -12,6 +12,8 @@ initial weights on the same batches, with DDP's overlap on:
   group (gloo on CPU, NCCL with ``--device cuda``);
 - ``acpsgd``: pg_sparse's ACP-SGD hook (rank 4, from iteration 2) on the
   ``"sparse"`` default group's dense allreduce;
+- ``auto``: ``SparseState(algo="auto")``: per bucket dense or the sparse
+  algorithm predicted fastest on the measured link;
 - ``dense``, ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``:
   pg_sparse hooks on the ``"sparse"`` default group; a suffix ``+bf16`` or
   ``+fp16`` (``oktopk+bf16``) sends the values in that type
@@ -42,7 +44,7 @@ from .common import context, ranks_on_machine
 SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
 METHODS = ("nocomm", "gloo", "bf16", "powersgd", *SPARSE_METHODS)  # the default list
 GPU_METHODS = ("nocomm", "nccl", "bf16", "powersgd", *SPARSE_METHODS)  # --device cuda
-ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS, "acpsgd")
+ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS, "acpsgd", "auto")
 PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
 # Per step and rank: step, forward, backward, backward compute, wait, optimizer.
 _TIMES = ("step_s", "forward_s", "backward_s", *PHASES[1:])
@@ -350,7 +352,7 @@ def _row(method: str, model: str, per_step: Any, world: int, numel: int,
     }
     if method == "nocomm":
         row["bytes_per_rank"], row["bytes_source"] = 0.0, "no communication"
-    elif method in ("gloo", "nccl") or split_method(method)[0] in SPARSE_METHODS:
+    elif method in ("gloo", "nccl", "auto") or split_method(method)[0] in SPARSE_METHODS:
         row["bytes_per_rank"] = ring * 4 * numel
         row["bytes_source"] = "ring model 2(P-1)/P x 4 B x n"
     elif method in ("bf16", "fp16"):

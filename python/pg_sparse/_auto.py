@@ -1,0 +1,239 @@
+"""``SparseState(algo="auto")``: per bucket, dense or the sparse algorithm
+predicted fastest, re-decided as measurements come in.
+
+The model (DESIGN.md, "Choosing dense or sparse per bucket"): a bucket of n
+values at density d (k = d n) on P ranks costs
+
+    dense:   R_dense(P) alpha + 4 V_dense(P, n) / beta
+    sparse:  c_sel n + R_a(P) alpha + 4 W_a(P, k) / beta
+
+with alpha the latency of one message round and beta the bandwidth per rank,
+both measured on the group at start-up (one-value and 4 MB allreduces), c_sel
+the selection cost per value, measured on the bucket's first gradient with
+the core's own kernels (accumulate, exact k-th |x|, compaction), and R, V, W
+the algorithms' rounds and 4-byte words per rank. Once a method has run a
+window of calls, its measured time (the core's own, slowest rank) replaces
+the model's by a per-method scale, and the prediction error is kept for the
+stats. Every input is the maximum over ranks, so every rank decides alike.
+
+The native bucket's sparse algorithm is fixed when it is created (the
+candidates' predictions at that point); later decisions choose between it
+and dense (``pgs_bucket_set_dense``: a dense call sends the residual with
+the gradient, so nothing is lost at a switch).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+CANDIDATES = ("oktopk", "topka", "gtopk", "gaussiank", "topkdsa")
+_PROBE_VALUES = 1 << 20  # 4 MB: bandwidth-bound on any link slower than memory
+_HYSTERESIS = 0.9  # switch only for a predicted gain above 10%
+
+
+def _log2(p: int) -> float:
+    return math.log2(p) if p > 1 else 0.0
+
+
+def rounds(method: str, p: int) -> float:
+    """Sequential message rounds of one call (ring allreduce: 2(P-1))."""
+    ring = 2.0 * (p - 1)
+    extra = {"oktopk": 3 * _log2(p), "topkdsa": 2 * _log2(p), "gtopk": 2 * _log2(p)}
+    return ring + extra.get(method, 0.0)
+
+
+def words(method: str, p: int, n: int, k: int) -> float:
+    """4-byte words one rank sends in one call (a sparse entry is an index
+    and a value: 2 words). Ok-Topk: the middle of its 2k..6k (P-1)/P bound;
+    TopkA and GaussianK gather every rank's k entries; gTop-k exchanges 2k
+    words per recursive-doubling round, then allreduces k values; TopkDSA
+    gathers the reduced union (up to P k entries)."""
+    f = (p - 1) / p if p > 1 else 0.0
+    return {
+        "dense": 2.0 * f * n,
+        "oktopk": 4.0 * k * f,
+        "topka": 2.0 * k * (p - 1),
+        "gaussiank": 2.0 * k * (p - 1),
+        "gtopk": 2.0 * k * _log2(p) + 2.0 * f * k,
+        "topkdsa": 2.0 * k * (p - 1),
+    }[method]
+
+
+@dataclass
+class Link:
+    """The group's measured link: seconds per message round, bytes per
+    second per rank."""
+
+    alpha_s: float
+    beta_bytes_s: float
+
+
+def predict(method: str, p: int, n: int, k: int, link: Link, select_s: float) -> float:
+    """Modelled seconds of one call of ``method`` on a bucket of n values."""
+    wire = rounds(method, p) * link.alpha_s + 4.0 * words(method, p, n, k) / link.beta_bytes_s
+    return wire if method == "dense" else wire + select_s * n
+
+
+def _agreed(values: list[float], group: Any) -> list[float]:
+    """The maximum over ranks of each value (every rank then decides alike)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.tolist()
+
+
+def _timed(fn: Any, repeats: int, cuda: bool) -> float:
+    out = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def measure_link(group: Any, device: torch.device) -> Link:
+    """alpha and beta of ``group`` on ``device``'s tensors: one-value and
+    4 MB allreduces (a warm-up call each first), slowest rank."""
+    p = dist.get_world_size(group)
+    cuda = device.type == "cuda"
+    small = torch.zeros(1, device=device)
+    big = torch.zeros(_PROBE_VALUES, device=device)
+    dist.all_reduce(small, group=group)
+    dist.all_reduce(big, group=group)
+    t_small = _timed(lambda: dist.all_reduce(small, group=group), 5, cuda)
+    t_big = _timed(lambda: dist.all_reduce(big, group=group), 3, cuda)
+    t_small, t_big = _agreed([t_small, t_big], group)
+    r = rounds("dense", p) or 1.0
+    sent = 4.0 * words("dense", p, _PROBE_VALUES, 0) or 4.0 * _PROBE_VALUES
+    return Link(alpha_s=t_small / r, beta_bytes_s=sent / max(t_big - t_small, 1e-9))
+
+
+def measure_select(grad: torch.Tensor, k: int, group: Any) -> float:
+    """Seconds per value of the selection the sparse algorithms run: the
+    fused accumulate, the exact k-th |x| and the compaction, with the core's
+    kernels on a copy of ``grad`` (slowest rank)."""
+    g = grad.detach().reshape(-1).float().contiguous()
+    r = torch.zeros_like(g)
+    cuda = g.is_cuda
+
+    def select() -> None:
+        _C._ops_accumulate(r, g, math.inf)
+        thr, _ = _C._ops_kth_abs(r, max(1, k))
+        _C._ops_compact(r, thr, -1, 2 * max(1, k))
+
+    select()
+    per_value = _timed(select, 3, cuda) / max(1, g.numel())
+    return _agreed([per_value], group)[0]
+
+
+@dataclass
+class BucketChoice:
+    """One bucket's decision and what it rests on."""
+
+    algo: str  # the native bucket's sparse algorithm
+    dense: bool  # the current choice
+    predicted: dict[str, float]  # model seconds per call, "dense" and each candidate
+    scale: dict[str, float] = field(default_factory=dict)  # measured / model, per method
+    calls: int = 0
+    applied: bool = False  # the choice was given to the native bucket
+    window: list[float] = field(default_factory=list)  # this choice's call times
+    measured_s: float = float("nan")  # last window's median (slowest rank)
+    error: float = float("nan")  # measured / predicted - 1 of the last window
+
+    def method(self) -> str:
+        return "dense" if self.dense else self.algo
+
+    def expected(self, method: str) -> float:
+        return self.predicted[method] * self.scale.get(method, 1.0)
+
+
+class AutoChooser:
+    """The per-bucket choices of one ``SparseState(algo="auto")``."""
+
+    def __init__(self, candidates: tuple[str, ...], interval: int,
+                 link: tuple[float, float] | None) -> None:
+        self.candidates = candidates
+        self.interval = interval
+        self.link = None if link is None else Link(float(link[0]), float(link[1]))
+        self.select_s: float | None = None
+        self.buckets: dict[int, BucketChoice] = {}
+
+    def create(self, index: int, grad: torch.Tensor, density: float, group: Any,
+               saved: dict[str, Any] | None = None) -> str:
+        """The sparse algorithm of bucket ``index``'s native bucket (measuring
+        the link and the selection cost on first use; collective)."""
+        if saved is not None:
+            self.buckets[index] = BucketChoice(
+                algo=str(saved["algo"]), dense=bool(saved["dense"]),
+                predicted=dict(saved["predicted"]), scale=dict(saved["scale"]),
+                calls=int(saved["calls"]))
+            return self.buckets[index].algo
+        n = grad.numel()
+        k = max(1, round(density * n))
+        if self.link is None:
+            self.link = measure_link(group, grad.device)
+        if self.select_s is None:
+            self.select_s = measure_select(grad, k, group)
+        p = dist.get_world_size(group)
+        pred = {m: predict(m, p, n, k, self.link, self.select_s)
+                for m in ("dense", *self.candidates)}
+        algo = min(self.candidates, key=lambda m: pred[m])
+        self.buckets[index] = BucketChoice(algo, pred["dense"] <= pred[algo], pred)
+        return algo
+
+    def before_call(self, index: int, native: Any, group: Any) -> None:
+        """Apply the choice to the native bucket; every ``interval`` calls
+        decide again from the window's measured time (collective)."""
+        c = self.buckets[index]
+        if not c.applied:  # a new (or restored) native bucket
+            native.set_dense(c.dense)
+            c.applied = True
+        elif c.calls % self.interval == 0 and c.window:
+            (c.measured_s,) = _agreed([statistics.median(c.window)], group)
+            ran = c.method()
+            c.error = c.measured_s / c.expected(ran) - 1.0
+            c.scale[ran] = c.measured_s / c.predicted[ran]
+            other = c.algo if c.dense else "dense"
+            if c.expected(other) < _HYSTERESIS * c.expected(ran):
+                c.dense = not c.dense
+            c.window.clear()
+            native.set_dense(c.dense)
+        c.calls += 1
+
+    def after_call(self, index: int, native: Any) -> None:
+        """Record the call's time (the core's own, this rank); warm-up
+        calls of a sparse choice are dense and not counted."""
+        c = self.buckets[index]
+        s = native.stats()
+        if bool(s["dense"]) == c.dense:
+            c.window.append(float(s["time_s"]))
+
+    def stats(self, index: int) -> dict[str, float]:
+        """The decision and the prediction error of bucket ``index``."""
+        c = self.buckets.get(index)
+        if c is None:
+            return {}
+        out = {"auto_dense": float(c.dense), "auto_predicted_s": c.expected(c.method()),
+               "auto_measured_s": c.measured_s, "auto_error": c.error}
+        out.update({f"auto_model_{m}_s": v for m, v in c.predicted.items()})
+        return out
+
+    def saved(self, index: int) -> dict[str, Any] | None:
+        """What ``create`` restores."""
+        c = self.buckets.get(index)
+        if c is None:
+            return None
+        return {"algo": c.algo, "dense": c.dense, "predicted": dict(c.predicted),
+                "scale": dict(c.scale), "calls": c.calls}

@@ -1,0 +1,150 @@
+"""Worker of test_auto.py (torchrun, 2 ranks, the "sparse" backend over
+gloo): SparseState(algo="auto") through DDP. Every call is checked against
+the conservation invariant (sums over a gloo group as the oracle); a fast
+link must give plain DDP's result (gloo DDP as the oracle); a slow link must
+choose sparse; a model proven wrong by measurement must switch to dense,
+and the switch must flush the residual; the measured link and the choices
+must be the same on every rank."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import pg_sparse
+
+
+def gsum(t: torch.Tensor, group) -> torch.Tensor:
+    out = t.clone()
+    dist.all_reduce(out, group=group)
+    return out
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(40, 30), torch.nn.Tanh(),
+                               torch.nn.Linear(30, 7))
+
+
+def run(state: pg_sparse.SparseState, oracle, steps: int, prepare=None):
+    """Train ``steps`` steps with the auto hook; check every call's
+    conservation; return (model, per-call (dense flag, auto_dense, residual
+    norm after))."""
+    world = dist.get_world_size()
+    ddp = DDP(model())
+    calls = []
+
+    def probe(st, bucket):
+        x = bucket.buffer().detach().clone()
+        old = st._buckets.get(bucket.index())
+        before = torch.zeros_like(x) if old is None else old.residual().clone()
+        if prepare is not None and old is None:
+            prepare(st)
+
+        def after(f):
+            out = f.value()
+            nb = st._buckets[bucket.index()]
+            resid = nb.residual().clone()
+            lhs = gsum(resid, oracle) + world * out
+            rhs = gsum(x + before, oracle)
+            assert torch.allclose(lhs, rhs, rtol=1e-4, atol=1e-5), (lhs - rhs).abs().max()
+            s = st.stats()[bucket.index()]
+            calls.append((int(s["dense"]), int(s["auto_dense"]), float(resid.abs().sum())))
+            return out
+        return pg_sparse.hooks.sparse_hook(st, bucket).then(after)
+
+    ddp.register_comm_hook(state, probe)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(50 + dist.get_rank())
+    for _ in range(steps):
+        ddp(torch.randn(16, 40, generator=gen)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    return ddp.module, calls
+
+
+def same_on_every_rank(values: list[float]) -> None:
+    t = torch.tensor(values, dtype=torch.float64)
+    lo, hi = t.clone(), t.clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    assert torch.equal(lo, hi), (lo, hi)
+
+
+def main() -> None:
+    dist.init_process_group("sparse")
+    rank = dist.get_rank()
+    oracle = dist.new_group(backend="gloo")
+
+    # A fast link: dense everywhere, as plain DDP on gloo.
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e13))
+    m, calls = run(st, oracle, 6)
+    assert all(d == 1 and a == 1 for d, a, _ in calls), calls
+    ref = DDP(model(), process_group=oracle)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(50 + rank)
+    for _ in range(6):
+        ref(torch.randn(16, 40, generator=gen)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    worst = max((p - q).abs().max().item() for p, q in zip(m.parameters(), ref.parameters()))
+    assert worst < 1e-5, worst
+    print(f"rank {rank}: fast link dense, max diff to gloo DDP {worst:.1e}", flush=True)
+
+    # A slow link: sparse after the warm-up, the algorithm the model prefers.
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3))
+    _, calls = run(st, oracle, 6)
+    assert [d for d, _, _ in calls] == [1, 0, 0, 0, 0, 0], calls
+    s = st.stats()[0]
+    algo = st._auto.buckets[0].algo
+    cands = {a: s[f"auto_model_{a}_s"] for a in pg_sparse._auto.CANDIDATES}
+    assert cands[algo] == min(cands.values()) and s["auto_model_dense_s"] > cands[algo], s
+    print(f"rank {rank}: slow link sparse ({algo})", flush=True)
+
+    # The model says sparse (no selection cost, no latency), the measured
+    # sparse calls say otherwise: after auto_interval calls the bucket
+    # switches to dense, and that call sends the residual along.
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-12, 1e10),
+                               auto_interval=3)
+
+    def no_select(state):
+        state._auto.select_s = 0.0
+
+    st._auto.select_s = 0.0
+    _, calls = run(st, oracle, 6, prepare=no_select)
+    # (From call 6 on both methods have measured times, and the faster
+    # measured one is chosen: either, on this loopback.)
+    flags = [d for d, _, _ in calls]
+    assert flags == [1, 0, 0, 1, 1, 1], calls
+    assert all(r == 0.0 for _, _, r in calls[3:]) and calls[2][2] > 0, calls
+    s = st.stats()[0]
+    assert s["auto_dense"] == 1.0 and s["auto_error"] > 0, s
+    same_on_every_rank([s["auto_measured_s"], s["auto_error"]])
+    saved = st.state_dict()["buckets"][0]["auto"]
+    assert saved["dense"] is True and saved["calls"] == 6, saved
+    assert saved["scale"][st._auto.buckets[0].algo] > 1, saved  # the model was optimistic
+    print(f"rank {rank}: switched to dense after 3 sparse calls "
+          f"(prediction error {s['auto_error']:+.0f})", flush=True)
+
+    # Measured link: positive, and the same on every rank; a checkpoint
+    # restores the choice into a fresh state.
+    st = pg_sparse.SparseState(algo="auto", density=0.05)
+    run(st, oracle, 3)
+    link = st._auto.link
+    assert link is not None and link.alpha_s > 0 and link.beta_bytes_s > 0, link
+    same_on_every_rank([link.alpha_s, link.beta_bytes_s, st._auto.select_s])
+    st2 = pg_sparse.SparseState(algo="auto", density=0.05)
+    st2.load_state_dict(copy.deepcopy(st.state_dict()))
+    run(st2, oracle, 2)
+    assert st2._auto.buckets[0].algo == st._auto.buckets[0].algo
+    assert st2._auto.buckets[0].calls == 5, st2._auto.buckets[0].calls
+    print(f"rank {rank}: measured alpha {link.alpha_s * 1e6:.1f} us, "
+          f"beta {link.beta_bytes_s / 1e9:.2f} GB/s; restored", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
