@@ -15,7 +15,10 @@ Methods (same model, data order, recipe and initial weights per seed):
   steps in the residuals gets the ``a`` Adam steps it missed) with SGD (the
   recipe's weight decay) in the optimizer and the recipe's gradient clipping
   inside the hook (``max_grad_norm``; its output is the update);
-  ``+noclip`` runs any method without gradient clipping.
+  ``+noclip`` runs any method without gradient clipping; ``ALGO+node@DENSITY``
+  reduces hierarchically (dense inside "nodes" of 2 ranks, sparse across:
+  ``SparseState(hierarchy="node", local_size=2)``); ``auto@DENSITY`` lets
+  ``SparseState(algo="auto")`` choose dense or a sparse algorithm per bucket.
 
 Launch with torchrun (4 ranks on CPU)::
 
@@ -80,6 +83,7 @@ class Method:
     exact: bool = False
     warmup: int | None = None
     density_warmup: int = 0
+    node: bool = False
 
 
 def parse_method(m: str) -> Method:
@@ -98,17 +102,19 @@ def parse_method(m: str) -> Method:
             out.adam = True
         elif f == "exact":
             out.exact = True
+        elif f == "node":
+            out.node = True
         elif f[:1] == "w" and f[1:].isdigit():
             out.warmup = int(f[1:])
         elif f[:2] == "dw" and f[2:].isdigit():
             out.density_warmup = int(f[2:])
         else:
             algo = ""
-    if algo not in SPARSE or out.density is None:
+    if algo not in (*SPARSE, "auto") or out.density is None:
         raise argparse.ArgumentTypeError(
             f"method {m!r}: one of {TORCH}[+noclip] or "
-            f"ALGO[+mc|+adam][+noclip][+exact][+wN][+dwN]@DENSITY, "
-            f"ALGO in {SPARSE}")
+            f"ALGO[+mc|+adam][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
+            f"ALGO in {SPARSE} or auto")
     return out
 
 
@@ -156,11 +162,16 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
     if spec.algo == "bf16":
         return register_hook(ddp, "bf16", 0.0, gloo)
     state = pg_sparse.SparseState(
+        algo="auto" if spec.algo == "auto" else None,
         density=spec.density, warmup_steps=warmup, tau_prime=1 if spec.exact else 32,
         density_warmup_steps=spec.density_warmup,
         momentum=recipe_momentum if spec.mc else 0.0, nesterov=nesterov and spec.mc,
         precondition="adam" if spec.adam else None,
-        max_grad_norm=clip if spec.adam else 0.0)
+        max_grad_norm=clip if spec.adam else 0.0,
+        hierarchy="node" if spec.node else "flat", local_size=2 if spec.node else None)
+    if spec.algo == "auto":
+        ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+        return state
     return register_hook(ddp, spec.algo, spec.density, gloo, state=state)
 
 

@@ -59,7 +59,8 @@ def main() -> None:
             assert gap <= args.bound, (
                 f"{m}: {task.metric} {res['final']:.3f} vs dense {ref:.3f}: "
                 f"gap {gap:.4g} > {args.bound}")
-            assert res["bytes_per_step"] < 0.1 * res["bytes_per_step_dense"], res
+            if not m.startswith("auto"):  # auto may rightly choose dense
+                assert res["bytes_per_step"] < 0.1 * res["bytes_per_step_dense"], res
             return f"{task.metric} {res['final']:.3f} vs dense {ref:.3f} (gap {gap:.3g})"
         rec.run(f"{args.task}_{m}", run)
     dist.destroy_process_group()
