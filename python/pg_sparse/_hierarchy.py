@@ -15,12 +15,15 @@ import contextlib
 import os
 import queue
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from ._params import param
 
 HIERARCHIES = ("flat", "node", "auto")
 # torch 2.13 renames the flat collectives (the old names warn); 2.11 has
@@ -44,6 +47,9 @@ class Topology:
     # output) and this rank's shard, kept so a step allocates nothing.
     _scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict,
                                                                    repr=False)
+    # Per bucket index: the node's L rows in shared memory (CPU tensors), or
+    # None where the node could not map them (the stages then use the groups).
+    _rows: dict[int, torch.Tensor | None] = field(default_factory=dict, repr=False)
 
     def scratch(self, index: int, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(padded bucket, shard) buffers of bucket ``index`` shaped like ``buf``."""
@@ -164,10 +170,24 @@ def build(local_size: int | None) -> Topology:
 
 
 def reduce_scatter(topo: Topology, x: torch.Tensor, full: torch.Tensor,
-                   shard: torch.Tensor) -> torch.Tensor:
+                   shard: torch.Tensor, index: int = -1) -> torch.Tensor:
     """``shard`` := this rank's shard of the node's sum of ``x``, through
-    ``full`` (``x`` padded with zeros to L shards)."""
+    ``full`` (``x`` padded with zeros to L shards), or through the node's
+    shared rows of bucket ``index`` (CPU tensors, PG_SPARSE_INTRA_NODE=shm)."""
     n = x.numel()
+    rows = _shared_rows(topo, index, full) if index >= 0 else None
+    if rows is not None:
+        # Barrier 1: every local rank has read the last call's result out of
+        # row 0 (stage 3), so the rows may be written again.
+        dist.barrier(group=topo.node_group)
+        mine = rows[topo.local_rank]
+        mine[:n].copy_(x.view(-1))
+        mine[n:].zero_()
+        dist.barrier(group=topo.node_group)  # barrier 2: every row written
+        s = shard.numel()
+        lo = topo.local_rank * s
+        torch.sum(rows[:, lo:lo + s], dim=0, out=shard)
+        return shard
     full[:n].copy_(x.view(-1))
     full[n:].zero_()  # the allgather left shard values in the padding
     _REDUCE_SCATTER(shard, full, group=topo.node_group)
@@ -175,7 +195,52 @@ def reduce_scatter(topo: Topology, x: torch.Tensor, full: torch.Tensor,
 
 
 def all_gather(topo: Topology, shard: torch.Tensor, full: torch.Tensor,
-               n: int) -> torch.Tensor:
+               n: int, index: int = -1) -> torch.Tensor:
     """The node's shards put together in ``full``, the padding cut off."""
+    rows = topo._rows.get(index) if index >= 0 else None
+    if rows is not None:
+        # Row 0's slice of this rank is read by this rank alone in stage 1,
+        # so it takes the result without a barrier before; one after.
+        s = shard.numel()
+        lo = topo.local_rank * s
+        rows[0, lo:lo + s].copy_(shard)
+        dist.barrier(group=topo.gather_group)
+        full.copy_(rows[0])
+        return full[:n]
     _ALL_GATHER(full, shard, group=topo.gather_group)
     return full[:n]
+
+
+def _shared_rows(topo: Topology, index: int, full: torch.Tensor) -> torch.Tensor | None:
+    """Bucket ``index``'s L rows of ``full``'s size in /dev/shm, mapped by
+    every local rank (made on the first call, collective over the node
+    group, on the reduce-scatter stage's thread); None on CUDA tensors,
+    with PG_SPARSE_INTRA_NODE=group, or where any local rank failed to map
+    them (then every rank of the node uses the group)."""
+    if index in topo._rows:
+        rows = topo._rows[index]
+        if rows is None or (rows.shape[1] == full.numel() and rows.dtype == full.dtype):
+            return rows
+    if full.device.type != "cpu" or str(param("PG_SPARSE_INTRA_NODE")) != "shm":
+        topo._rows[index] = None
+        return None
+    leader = dist.get_rank() - topo.local_rank
+    name = torch.zeros(64, dtype=torch.uint8)
+    if topo.local_rank == 0:
+        path = f"/dev/shm/pg_sparse-{os.getpid()}-{uuid.uuid4().hex[:12]}-{index}".encode()
+        name[:len(path)] = torch.tensor(list(path), dtype=torch.uint8)
+    dist.broadcast(name, src=leader, group=topo.node_group)
+    path = bytes(name[name != 0].tolist()).decode()
+    rows = None
+    try:
+        rows = torch.from_file(path, shared=True, size=topo.local_size * full.numel(),
+                               dtype=full.dtype).view(topo.local_size, full.numel())
+    except (OSError, RuntimeError):
+        pass
+    ok = torch.tensor([0 if rows is None else 1], dtype=torch.int32)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=topo.node_group)
+    if topo.local_rank == 0:  # every rank has it mapped (or gave up): unlink
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    topo._rows[index] = rows if ok.item() == 1 else None
+    return topo._rows[index]

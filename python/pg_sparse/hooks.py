@@ -99,8 +99,8 @@ def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
         # them), over L: the average over every rank.
         return native.allreduce(shard).get_future().wait()[0].div_(topo.local_size)
 
-    stages = [lambda _: _hierarchy.reduce_scatter(topo, buf, full, shard), sparse,
-              lambda out: _hierarchy.all_gather(topo, out, full, n).view_as(buf)]
+    stages = [lambda _: _hierarchy.reduce_scatter(topo, buf, full, shard, index), sparse,
+              lambda out: _hierarchy.all_gather(topo, out, full, n, index).view_as(buf)]
     if buf.is_cuda:
         # One thread, in bucket order: every rank then queues its NCCL
         # kernels of the three groups in the same order. Pipelined, a rank's

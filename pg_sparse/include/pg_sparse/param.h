@@ -63,6 +63,10 @@ extern "C" {
     PGS_PARAM_FLOAT, "10", NULL, 0, 1e6,                                       \
     "gloo transport: gloo's own timeout exceeds the backend's by this many "   \
     "seconds, so a stuck call fails once, with the backend's message")         \
+  X(PGS_PARAM_INTRA_NODE, "PG_SPARSE_INTRA_NODE", PGS_PARAM_STRING, "shm",     \
+    "shm|group", 0, 0,                                                         \
+    "hierarchy='node' on CPU tensors: the dense stages inside a node through " \
+    "shared memory (/dev/shm), or through the node's process group")           \
   X(PGS_PARAM_BENCH_LINK, "PG_SPARSE_BENCH_LINK", PGS_PARAM_STRING,            \
     "unshaped (loopback)", NULL, 0, 0,                                         \
     "benchmarks: the link the ranks run over, as reports print it (set by "    \

@@ -6,6 +6,7 @@ average on dense warm-up calls, and training."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -54,6 +55,8 @@ def check_algo(algo: str, oracle) -> None:
         ddp.zero_grad()
     topo = state._topology
     assert topo is not None and topo.nodes == 2 and topo.local_size == 2
+    # The dense stages went through the node's shared rows (the default).
+    assert topo._rows and all(r is not None for r in topo._rows.values()), topo._rows
     sparse_calls = 0
     for x, before, out, resid, dense in records:
         n = x.numel()
@@ -121,8 +124,15 @@ def main() -> None:
             check_algo(algo, oracle)
         flat, node = train("flat"), train("node")
         assert node < 1.5 * flat + 0.01, (flat, node)
-        print(f"rank {dist.get_rank()}: training loss flat {flat:.4f} node {node:.4f}",
-              flush=True)
+        # The same through the node groups' collectives instead of shared
+        # memory: a sum of two values does not depend on its order, so the
+        # two paths must agree exactly.
+        os.environ["PG_SPARSE_INTRA_NODE"] = "group"
+        group = train("node")
+        del os.environ["PG_SPARSE_INTRA_NODE"]
+        assert group == node, (group, node)
+        print(f"rank {dist.get_rank()}: training loss flat {flat:.4f} node {node:.4f} "
+              f"(shared memory and group paths equal)", flush=True)
     dist.destroy_process_group()
 
 
