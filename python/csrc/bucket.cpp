@@ -97,6 +97,9 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   const bool skip = config.nonfinite == "skip";
   c.check_finite = !config.check_finite ? 0 : skip ? PGS_FINITE_EXACT : 1;
   c.wire_dtype = wire_dtype_of(config.wire);
+  TORCH_CHECK_VALUE(
+      pgs_estimator_from_name(config.estimator.c_str(), &c.estimator) == PGS_OK,
+      "pg_sparse: unknown estimator '", config.estimator, "'");
   TORCH_CHECK_VALUE(numel > 0, "pg_sparse: empty bucket");
   state_ = std::make_shared<State>();
   state_->comm = backend_->comm();

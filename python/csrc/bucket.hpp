@@ -25,7 +25,8 @@ struct BucketConfig {
   // On NaN/Inf (with check_finite): "raise", or "skip" (a zero output on
   // every rank, the residual restored bit for bit, no error).
   std::string nonfinite = "raise";
-  std::string wire = "float32";  // float32, float16 or bfloat16
+  std::string wire = "float32";       // float32, float16 or bfloat16
+  std::string estimator = "default";  // PGS_ESTIMATOR_MAP's names
 };
 
 class SparseBucket {

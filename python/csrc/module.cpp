@@ -97,7 +97,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("tau_prime", &BucketConfig::tau_prime)
       .def_readwrite("check_finite", &BucketConfig::check_finite)
       .def_readwrite("wire", &BucketConfig::wire)
-      .def_readwrite("nonfinite", &BucketConfig::nonfinite);
+      .def_readwrite("nonfinite", &BucketConfig::nonfinite)
+      .def_readwrite("estimator", &BucketConfig::estimator);
 
   py::class_<SparseBucket, std::shared_ptr<SparseBucket>>(m, "SparseBucket")
       .def(py::init<const c10::intrusive_ptr<c10d::Backend>&, int64_t,

@@ -70,6 +70,17 @@ void bind_vocab(py::module_& m) {
         return names;
       },
       "The algorithm names, in the core's order (PGS_ALGO_MAP).");
+  m.def(
+      "_estimators",
+      [] {
+        py::dict out;
+#define PGS_EST_ENTRY_(id, name, doc) out[name] = doc;
+        PGS_ESTIMATOR_MAP(PGS_EST_ENTRY_)
+#undef PGS_EST_ENTRY_
+        return out;
+      },
+      "The threshold estimators, name -> doc, in the core's order "
+      "(PGS_ESTIMATOR_MAP).");
   m.def("_stats_docs", &stats_docs,
         "One doc line per key of SparseBucket.stats().");
 }

@@ -15,9 +15,10 @@ from ._backend import Options, choose_transport, create_backend
 from ._launch import map_mpi_environment, mpi_launcher, tune_open_mpi
 from ._log import configure_logging
 from ._params import Param, check_params, format_params, param, params
-from .state import ALGORITHMS, SparseState
+from .state import ALGORITHMS, ESTIMATORS, SparseState
 
-__all__ = ["ALGORITHMS", "Options", "Param", "SparseState", "algorithms", "check_params",
+__all__ = ["ALGORITHMS", "ESTIMATORS", "Options", "Param", "SparseState", "algorithms",
+           "check_params", "estimators",
            "choose_transport", "format_params", "hooks", "map_mpi_environment",
            "mpi_launcher", "param", "params", "stats_docs", "tune_open_mpi"]
 __version__ = "0.1.0"
@@ -26,6 +27,12 @@ __version__ = "0.1.0"
 def algorithms() -> tuple[str, ...]:
     """The sparse allreduce algorithms, from the C core's table."""
     return ALGORITHMS
+
+
+def estimators() -> dict[str, str]:
+    """The threshold estimators of ``SparseState(estimator=...)``, name ->
+    what it does, from the C core's table."""
+    return dict(ESTIMATORS)
 
 
 def stats_docs() -> dict[str, str]:

@@ -16,10 +16,14 @@ from ._buffers import ParamBuffers
 
 # The core's algorithm table (PGS_ALGO_MAP in bucket.h), in its order.
 ALGORITHMS: tuple[str, ...] = tuple(_C._algorithms())
+# The threshold estimators (PGS_ESTIMATOR_MAP), name -> what it does.
+ESTIMATORS: dict[str, str] = dict(_C._estimators())
+# The algorithms whose selection starts from an estimate (the rest are exact).
+_ESTIMATED = ("gaussiank",)
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
                 "density_warmup_start", "wire_dtype", "nonfinite", "precondition", "betas",
-                "eps", "max_grad_norm", "hierarchy", "local_size")
+                "eps", "max_grad_norm", "hierarchy", "local_size", "estimator")
 # state_dict()'s format: 2 adds "version", "iteration" and each bucket's
 # "warmup"; a dict without "version" is format 1 (read as before).
 STATE_VERSION = 2
@@ -47,6 +51,14 @@ class SparseState:
             times and the prediction error (``auto_error``).
         auto_algos: the sparse candidates of ``algo="auto"``.
         auto_interval: calls of a bucket between two of its decisions.
+        estimator: the first guess of the threshold of an estimated
+            selection (GaussianK's), one of ``pg_sparse.estimators()``:
+            ``"gaussian"`` (the default), ``"sidco_exp"`` (SIDCo's
+            exponential fit), ``"dgc_sample"`` (DGC: select on a fixed 1%
+            sample) or ``"exact"`` (radix select, no guess). The guess is
+            corrected toward [k/2, 2k] picks, then made exact, so it changes
+            time, not volume; ``stats()["estimate_corrections"]`` shows how
+            often it missed.
         auto_link: ``(alpha, beta)``: seconds per message round and bytes per
             second per rank, instead of measuring them.
         density: fraction of entries sent, k = max(1, round(density * n)),
@@ -159,12 +171,20 @@ class SparseState:
                  max_grad_norm: float = 0.0, hierarchy: str = "flat",
                  local_size: int | None = None,
                  auto_algos: Sequence[str] = _auto.CANDIDATES, auto_interval: int = 100,
-                 auto_link: tuple[float, float] | None = None) -> None:
+                 auto_link: tuple[float, float] | None = None,
+                 estimator: str | None = None) -> None:
         if algo is not None and algo not in (*ALGORITHMS, "auto"):
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {(*ALGORITHMS, 'auto')}")
         self._auto = _check_auto(algo, auto_algos, auto_interval, auto_link,
                                  hierarchy, precondition)
+        if estimator is not None and estimator not in ESTIMATORS:
+            raise ValueError(f"pg_sparse: unknown estimator {estimator!r}; choose one of "
+                             f"{tuple(ESTIMATORS)}")
+        if estimator is not None and algo not in (None, *_ESTIMATED):
+            raise ValueError(f"pg_sparse: estimator applies to {_ESTIMATED}, "
+                             f"not to algo {algo!r} (it selects exactly)")
+        self.estimator = estimator
         if not isinstance(density, (int, float)) or not 0.0 < density <= 1.0:
             raise ValueError(f"pg_sparse: density must be in (0, 1], got {density!r}")
         for name, value, low in (("warmup_steps", warmup_steps, 0),
@@ -244,6 +264,11 @@ class SparseState:
         c = _C.BucketConfig()
         c.wire = _WIRE_TYPES.get(self.wire_dtype or tensor.dtype, "float32")
         c.algo = algo or self.algo or "oktopk"
+        if self.estimator is not None:
+            if c.algo not in _ESTIMATED:
+                raise ValueError(f"pg_sparse: estimator applies to {_ESTIMATED}, "
+                                 f"not to algo {c.algo!r} (it selects exactly)")
+            c.estimator = self.estimator
         c.density = self.density
         c.warmup_steps = warmup
         c.tau = self.tau

@@ -684,6 +684,68 @@ TEST_P(TransportTest, GaussiankCountsInBand) {
   }
 }
 
+// Laplace data (scale 1): the distribution SIDCo's exponential fit assumes.
+std::vector<float> laplace_data(size_t n, uint64_t seed, int rank) {
+  std::mt19937_64 gen(seed * 31ULL + static_cast<uint64_t>(rank));
+  std::exponential_distribution<float> e(1.0f);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<float> v(n);
+  for (auto &x : v) x = sign(gen) ? e(gen) : -e(gen);
+  return v;
+}
+
+// Heavy tails (Student t, 2 degrees of freedom): no estimator's model fits.
+std::vector<float> heavy_data(size_t n, uint64_t seed, int rank) {
+  std::mt19937_64 gen(seed * 37ULL + static_cast<uint64_t>(rank));
+  std::student_t_distribution<float> t(2.0f);
+  std::vector<float> v(n);
+  for (auto &x : v) x = t(gen);
+  return v;
+}
+
+// Every estimator on gaussiank: picks in [k/2, 2k] and nothing lost on any
+// data; each model's first guess lands without correction on the data it
+// assumes (Gaussian on normal data, SIDCo's exponential on Laplace data,
+// DGC's sample on either); the exact estimator never guesses.
+TEST_P(TransportTest, GaussiankEstimators) {
+  const size_t n = 200000;
+  const int64_t k = target_k(0.01, n);
+  struct Case {
+    pgs_estimator_t est;
+    int data;  // 0 normal, 1 Laplace, 2 heavy tails
+    bool first_guess_lands;
+  };
+  const Case cases[] = {
+      {PGS_EST_GAUSSIAN, 0, true},    {PGS_EST_DEFAULT, 0, true},
+      {PGS_EST_SIDCO_EXP, 1, true},   {PGS_EST_DGC_SAMPLE, 0, true},
+      {PGS_EST_DGC_SAMPLE, 1, true},  {PGS_EST_EXACT, 2, true},
+      {PGS_EST_GAUSSIAN, 2, false},   {PGS_EST_SIDCO_EXP, 2, false},
+      {PGS_EST_DGC_SAMPLE, 2, false}, {PGS_EST_SIDCO_EXP, 0, false}};
+  for (const Case &c : cases) {
+    pgs_config_t cfg = make_config(PGS_ALGO_GAUSSIANK, 0.01, 0);
+    cfg.estimator = c.est;
+    Runner run(GetParam(), cfg, n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 3; ++step) {
+      std::vector<float> g =
+          c.data == 0   ? normal_data(n, 13, world_rank(), step)
+          : c.data == 1 ? laplace_data(n, 13 + step, world_rank())
+                        : heavy_data(n, 13 + step, world_rank());
+      ASSERT_TRUE(run.step_all(g));
+      const char *name = pgs_estimator_name(c.est);
+      EXPECT_GE(run.stats.local_selected, (k + 1) / 2) << name;
+      EXPECT_LE(run.stats.local_selected, 2 * k) << name;
+      EXPECT_EQ(conservation_failures(run, n), 0) << name;
+      if (step == 0 && c.first_guess_lands) {
+        EXPECT_EQ(run.stats.estimate_corrections, 0) << name << " " << c.data;
+      }
+      if (c.est == PGS_EST_EXACT) {
+        EXPECT_EQ(run.stats.local_recomputed, 1);
+      }
+    }
+  }
+}
+
 // Ok-Topk on exact-threshold steps: the output support is the global top-k
 // of the reduced local selections (each rank's exact top-k), and the values
 // are those sums over P. Also checks the schedule of recomputes.
@@ -857,6 +919,26 @@ TEST(BucketConfig, RejectsBadConfiguration) {
   pgs_ops_t partial = *pgs_ops_cpu();
   partial.accumulate_select = nullptr;
   EXPECT_EQ(pgs_bucket_create(&c, comm.get(), &partial, 100, &b),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(b, nullptr);
+}
+
+TEST(BucketConfig, EstimatorNamesRoundTrip) {
+  for (int i = 0; i < PGS_EST_COUNT; ++i) {
+    pgs_estimator_t id;
+    const char *name = pgs_estimator_name(static_cast<pgs_estimator_t>(i));
+    ASSERT_NE(name, nullptr);
+    EXPECT_EQ(pgs_estimator_from_name(name, &id), PGS_OK);
+    EXPECT_EQ(id, i);
+  }
+  pgs_estimator_t id;
+  EXPECT_EQ(pgs_estimator_from_name("nope", &id), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_estimator_name(PGS_EST_COUNT), nullptr);
+  CommPtr comm = make_comm(Transport::kMpi);
+  pgs_config_t cfg = PGS_CONFIG_INIT;
+  cfg.estimator = PGS_EST_COUNT;
+  pgs_bucket_t *b = nullptr;
+  EXPECT_EQ(pgs_bucket_create(&cfg, comm.get(), pgs_ops_cpu(), 100, &b),
             PGS_ERR_INVALID);
   EXPECT_EQ(b, nullptr);
 }

@@ -47,6 +47,34 @@ const char *pgs_algo_name(pgs_algo_id_t algo);
 /** Look an algorithm up by name. @return PGS_ERR_INVALID if unknown. */
 int pgs_algo_from_name(const char *name, pgs_algo_id_t *out);
 
+/** Threshold estimators of the threshold-based selections: the first guess
+ *  of the k-th largest |x|, which the algorithm then corrects toward
+ *  [k/2, 2k] picks. X(id, name, doc), defined once for the shim and Python.
+ *  Used by gaussiank's local selection (the others select exactly). */
+#define PGS_ESTIMATOR_MAP(X)                                                 \
+  X(PGS_EST_DEFAULT, "default", "the algorithm's own (gaussiank: gaussian)") \
+  X(PGS_EST_EXACT, "exact", "exact k-th |x| (radix select), no guess")       \
+  X(PGS_EST_GAUSSIAN, "gaussian",                                            \
+    "mu + z sigma, z the two-sided normal quantile of the density")          \
+  X(PGS_EST_SIDCO_EXP, "sidco_exp",                                          \
+    "SIDCo's exponential fit of |x| (Laplace x, scale sigma / sqrt 2): "     \
+    "scale * ln(1 / density)")                                               \
+  X(PGS_EST_DGC_SAMPLE, "dgc_sample",                                        \
+    "DGC: the exact k-th |x| of a fixed random sample of 1% of the entries " \
+    "(at least 1024), scaled to the bucket")
+
+typedef enum pgs_estimator {
+#define PGS_EST_ENUM_(id, name, doc) id,
+  PGS_ESTIMATOR_MAP(PGS_EST_ENUM_)
+#undef PGS_EST_ENUM_
+      PGS_EST_COUNT
+} pgs_estimator_t;
+
+/** @return the estimator's name ("sidco_exp"), or NULL for an unknown id. */
+const char *pgs_estimator_name(pgs_estimator_t est);
+/** Look an estimator up by name. @return PGS_ERR_INVALID if unknown. */
+int pgs_estimator_from_name(const char *name, pgs_estimator_t *out);
+
 /** Configuration of a bucket. Start from PGS_CONFIG_INIT. */
 typedef struct pgs_config {
   size_t struct_size;     /**< sizeof(pgs_config_t), for ABI growth */
@@ -65,13 +93,17 @@ typedef struct pgs_config {
                                or PGS_FLOAT16 / PGS_BFLOAT16 (half the value
                                bytes; what rounding leaves out stays in the
                                residual). Indices are int32 either way. */
+  pgs_estimator_t estimator; /**< first guess of threshold-based selections */
 } pgs_config_t;
 
 /** check_finite value: fail on NaN/Inf and restore the residual exactly. */
 #define PGS_FINITE_EXACT 2
 
-#define PGS_CONFIG_INIT \
-  { sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1, PGS_FLOAT32 }
+#define PGS_CONFIG_INIT                                                     \
+  {                                                                         \
+    sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1, PGS_FLOAT32, \
+        PGS_EST_DEFAULT                                                     \
+  }
 
 /** Phases of a call, for per-phase words and times. */
 typedef enum pgs_phase {
@@ -106,6 +138,9 @@ typedef enum pgs_phase {
   X(int64_t, ctrl_bytes_recv, "control bytes received")                     \
   X(int64_t, transport_calls, "collectives and exchanges this call made")   \
   X(int64_t, host_syncs, "waits of the host for the device")                \
+  X(int, estimate_corrections,                                              \
+    "gaussiank: corrections of the estimator's first guess this call "      \
+    "(0: it gave [k/2, 2k] picks; 4 then exact: it missed)")                \
   X(int, candidates,                                                        \
     "oktopk: the local selection came from the fused pass's candidate "     \
     "list, no extra pass")                                                  \

@@ -64,6 +64,10 @@ struct pgs_bucket {
   pgs_buf_t wire_send, wire_recv, wire_err;
   /* check_finite == PGS_FINITE_EXACT: the residual as the call found it. */
   pgs_buf_t snapshot;
+  /* dgc_sample estimator: the fixed sample's indices (est_m of them, in
+   * ops memory, made on first use) and its values. */
+  pgs_buf_t est_idx, est_val;
+  size_t est_m;
   int64_t *host_counts; /* 4 * size int64 */
   size_t *host_bytes;   /* 2 * size size_t: allgatherv sizes and displs */
 };
@@ -194,6 +198,11 @@ int pgs_gather_apply_clear(pgs_bucket_t *b, int64_t m, float *out);
 
 /** Inverse of the standard normal tail: z with P(|Z| > z) = p, 0 < p <= 1. */
 double pgs_normal_two_sided_quantile(double p);
+
+/** First guess of the k-th largest |x| over x[0, b->n) by b->cfg.estimator
+ *  (PGS_EST_DEFAULT and PGS_EST_GAUSSIAN: mu + z sigma); never for
+ *  PGS_EST_EXACT (PGS_ERR_INVALID): the caller selects exactly (estimate.c). */
+int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr);
 
 /** Monotonic clock in seconds. */
 double pgs_now(void);

@@ -56,6 +56,8 @@ static int check_config(const pgs_config_t *c, size_t n) {
     return PGS_ERR_INVALID;
   if (c->check_finite < 0 || c->check_finite > PGS_FINITE_EXACT)
     return PGS_ERR_INVALID;
+  if ((int)c->estimator < 0 || c->estimator >= PGS_EST_COUNT)
+    return PGS_ERR_INVALID;
   if (c->wire_dtype != PGS_FLOAT32 && c->wire_dtype != PGS_FLOAT16 &&
       c->wire_dtype != PGS_BFLOAT16)
     return PGS_ERR_UNSUPPORTED;
@@ -142,6 +144,8 @@ void pgs_bucket_destroy(pgs_bucket_t *b) {
   pgs_buf_release(b->ops, &b->wire_recv);
   pgs_buf_release(b->ops, &b->wire_err);
   pgs_buf_release(b->ops, &b->snapshot);
+  pgs_buf_release(b->ops, &b->est_idx);
+  pgs_buf_release(b->ops, &b->est_val);
   free(b->host_counts);
   free(b->host_bytes);
   free(b);
@@ -278,7 +282,7 @@ int pgs_flag_settle(pgs_bucket_t *b, int any_negative) {
  * call, and after a density change): MAX of (v, -v) gives max and -min, so
  * one small allreduce detects any disagreement. Per-call input problems
  * travel in the algorithms' own messages instead (pgs_flag_*). */
-enum { CHECK_FIELDS = 8 };
+enum { CHECK_FIELDS = 9 };
 
 static int check_settings(pgs_bucket_t *b) {
   const int64_t mine[CHECK_FIELDS] = {(int64_t)b->n,
@@ -288,7 +292,8 @@ static int check_settings(pgs_bucket_t *b) {
                                       b->cfg.tau,
                                       b->cfg.tau_prime,
                                       (int64_t)b->cfg.wire_dtype,
-                                      b->force_dense};
+                                      b->force_dense,
+                                      (int64_t)b->cfg.estimator};
   int64_t v[2 * CHECK_FIELDS];
   for (int i = 0; i < CHECK_FIELDS; ++i) {
     v[2 * i] = mine[i];

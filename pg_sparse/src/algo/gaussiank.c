@@ -21,25 +21,28 @@ static int count_at(pgs_bucket_t *b, float thr, int64_t *gt, int64_t *eq) {
  * above and at it (so the step need not count again). */
 static int gaussiank_threshold(pgs_bucket_t *b, float *thr_out, int64_t *gt,
                                int64_t *eq) {
-  double mean = 0.0, sd = 0.0;
-  int st = b->ops->mean_std(b->ops, b->resid, b->n, &mean, &sd);
+  /* The first guess (Gaussian unless another estimator was chosen); with
+   * the exact estimator, and at k = n (where the exact threshold keeps
+   * every entry, as density 1 must), straight to the select below. */
+  const int exact = b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n;
+  float thr = 0.0f;
+  int st = exact ? PGS_OK : pgs_estimate_threshold(b, b->resid, &thr);
   if (st != PGS_OK) return st;
-  double z = pgs_normal_two_sided_quantile((double)b->k / (double)b->n);
-  float thr = (float)(fabs(mean) + z * sd);
   const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
-  /* At k = n the exact threshold below keeps every entry, as density 1 must. */
-  const int tries = b->k == (int64_t)b->n ? 0 : GAUSSIANK_CORRECTIONS;
+  const int tries = exact ? 0 : GAUSSIANK_CORRECTIONS;
   for (int i = 0; i < tries; ++i) {
     st = count_at(b, thr, gt, eq);
     if (st != PGS_OK) return st;
     const int64_t count = *gt + *eq;
     if (count >= lo && count <= hi && thr > 0.0f) {
       *thr_out = thr;
+      b->stats.estimate_corrections = i;
       return PGS_OK;
     }
     /* The count falls as the threshold rises; step by the tail ratio. */
     thr *= count > hi ? 1.5f : (1.0f / 1.5f);
   }
+  b->stats.estimate_corrections = tries;
   int64_t n_gt = 0;
   st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
   if (st != PGS_OK) return st;

@@ -15,6 +15,7 @@ SUITES: dict[str, str] = {
     # name: one line of help; the module pg_sparse.bench.<name> implements it.
     "kernels": "selection pass and exact k-th |x| vs torch.topk and a streaming floor",
     "collectives": "one call of every algorithm and dense: time and words per rank",
+    "estimators": "GaussianK's selection with each threshold estimator vs exact and topk",
     "ddp": "DDP step time of real architectures: every hook and torch's baselines",
     "net": "network namespaces on a bridge, links shaped with tc (root)",
     "sweep": "the ddp suite across link rates, crossover against dense",

@@ -1,0 +1,103 @@
+/* Threshold estimators: a first guess of the k-th largest |x|, cheaper than
+ * the exact radix select (one statistics pass, or a select on a sample).
+ * The algorithm corrects the guess toward [k/2, 2k] picks and falls back to
+ * the exact select, so a poor guess costs time, never volume. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "algo/algo_internal.h"
+
+static const char *const est_names[PGS_EST_COUNT] = {
+#define PGS_EST_NAME_(id, name, doc) [id] = name,
+    PGS_ESTIMATOR_MAP(PGS_EST_NAME_)
+#undef PGS_EST_NAME_
+};
+
+const char *pgs_estimator_name(pgs_estimator_t est) {
+  if ((int)est < 0 || est >= PGS_EST_COUNT) return NULL;
+  return est_names[est];
+}
+
+int pgs_estimator_from_name(const char *name, pgs_estimator_t *out) {
+  if (name == NULL || out == NULL) return PGS_ERR_INVALID;
+  for (int i = 0; i < PGS_EST_COUNT; ++i) {
+    if (strcmp(name, est_names[i]) == 0) {
+      *out = (pgs_estimator_t)i;
+      return PGS_OK;
+    }
+  }
+  return PGS_ERR_INVALID;
+}
+
+/* The sample: 1% of the entries, at least 1024 (all of a small bucket). */
+enum { EST_SAMPLE_MIN = 1024, EST_SAMPLE_DIV = 100 };
+
+static size_t sample_size(size_t n) {
+  size_t m = n / EST_SAMPLE_DIV;
+  if (m < EST_SAMPLE_MIN) m = EST_SAMPLE_MIN;
+  return m < n ? m : n;
+}
+
+/* Fixed random indices (xorshift64*, seeded by n: the same sample on every
+ * call, so the guess moves with the data, not with the draw), copied once
+ * into the table's memory. */
+static int make_sample(pgs_bucket_t *b) {
+  const size_t m = sample_size(b->n);
+  int st = pgs_buf_reserve(b->ops, &b->est_idx, m * sizeof(int32_t));
+  if (st == PGS_OK)
+    st = pgs_buf_reserve(b->ops, &b->est_val, m * sizeof(float));
+  if (st != PGS_OK) return st;
+  int32_t host[256];
+  uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)b->n;
+  for (size_t done = 0; done < m && st == PGS_OK;) {
+    size_t chunk = m - done < 256 ? m - done : 256;
+    for (size_t j = 0; j < chunk; ++j) {
+      s ^= s >> 12;
+      s ^= s << 25;
+      s ^= s >> 27;
+      host[j] = (int32_t)((s * 0x2545F4914F6CDD1Dull >> 11) % b->n);
+    }
+    st = b->ops->copy(b->ops, (int32_t *)b->est_idx.ptr + done, host,
+                      chunk * sizeof(int32_t), PGS_COPY_FROM_HOST);
+    done += chunk;
+  }
+  if (st == PGS_OK) b->est_m = m;
+  return st;
+}
+
+/* The same quantile of |x| on the sample: its ceil(density * m)-th value. */
+static int sample_threshold(pgs_bucket_t *b, const float *x, float *thr) {
+  int st = b->est_m ? PGS_OK : make_sample(b);
+  if (st != PGS_OK) return st;
+  const size_t m = b->est_m;
+  st = b->ops->gather(b->ops, x, b->n, (const int32_t *)b->est_idx.ptr, m,
+                      (float *)b->est_val.ptr);
+  if (st != PGS_OK) return st;
+  size_t ks = (size_t)ceil((double)b->k / (double)b->n * (double)m);
+  if (ks < 1) ks = 1;
+  if (ks > m) ks = m;
+  int64_t n_gt = 0;
+  return b->ops->kth_abs(b->ops, (const float *)b->est_val.ptr, m, ks, thr,
+                         &n_gt);
+}
+
+int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
+  const double d = (double)b->k / (double)b->n;
+  switch (b->cfg.estimator) {
+    case PGS_EST_DGC_SAMPLE: return sample_threshold(b, x, thr);
+    case PGS_EST_DEFAULT:
+    case PGS_EST_GAUSSIAN:
+    case PGS_EST_SIDCO_EXP: {
+      double mean = 0.0, sd = 0.0;
+      int st = b->ops->mean_std(b->ops, x, b->n, &mean, &sd);
+      if (st != PGS_OK) return st;
+      /* Laplace x with scale s has sd = s sqrt 2 and P(|x| > t) = e^(-t/s). */
+      *thr = b->cfg.estimator == PGS_EST_SIDCO_EXP
+                 ? (float)(sd / sqrt(2.0) * log(1.0 / d))
+                 : (float)(fabs(mean) + pgs_normal_two_sided_quantile(d) * sd);
+      return PGS_OK;
+    }
+    default: return PGS_ERR_INVALID;
+  }
+}

@@ -1,0 +1,107 @@
+"""``estimators`` suite: GaussianK's selection with each threshold estimator
+(``SparseState(estimator=...)``) against the exact radix select and
+``torch.topk``, on gradient-like heavy-tailed data.
+
+Per bucket size n and estimator, one world-size-1 ``"sparse"`` group and one
+GaussianK bucket at ``--density``; each timed call adds the same data to the
+residual, picks by the estimator's guess (corrected toward [k/2, 2k], then
+exact), and compacts. Reported: the core's own select-phase time (accumulate,
+threshold, compaction; ``stats()["time_select_s"]``), the achieved density
+against the target and how many corrections the guess needed; beside them
+``torch.topk(x.abs(), k)`` on the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+from .common import (
+    context,
+    heavy_tailed,
+    markdown_table,
+    out_dir,
+    parse_sizes,
+    time_calls,
+    write_json,
+    write_markdown,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The suite's options."""
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--sizes", default="25M", help="bucket sizes, e.g. 1M,25M")
+    parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the suite and write ``estimators.json`` and ``estimators.md``."""
+    import torch
+    import torch.distributed as dist
+
+    import pg_sparse
+
+    if not dist.is_initialized():
+        dist.init_process_group("sparse", store=dist.HashStore(), rank=0, world_size=1)
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    ctx = context(device=args.device, transport="world size 1")
+    rows: list[dict[str, Any]] = []
+    for n in parse_sizes(args.sizes):
+        g = heavy_tailed(n, seed=1).to(device)
+        k = max(1, round(args.density * n))
+        topk = time_calls(lambda g=g, k=k: torch.topk(g.abs(), k), args.repeats, sync=sync)
+        rows.append({"n": n, "method": "torch.topk(|x|, k)", "select_ms": topk.median * 1e3,
+                     "min_ms": topk.spread[0] * 1e3, "max_ms": topk.spread[1] * 1e3,
+                     "achieved": 1.0, "corrections": "-"})
+        for est in pg_sparse.estimators():
+            rows.append(_one(pg_sparse, g, n, k, est, args))
+            print(_line(rows[-1]), flush=True)
+    table = markdown_table(
+        [{**r, "select_ms": f"{r['select_ms']:.2f}",
+          "spread": f"{r['min_ms']:.2f}-{r['max_ms']:.2f}",
+          "achieved": f"{r['achieved']:.3f}"} for r in rows],
+        ["n", "method", "select_ms", "spread", "achieved", "corrections"],
+        ["n", "method", "select ms (median)", "min-max", "achieved / target density",
+         "guess corrections per call"])
+    out = out_dir(args.out)
+    write_json(out / "estimators.json", ctx, rows, density=args.density)
+    write_markdown(out / "estimators.md", "Threshold estimators: GaussianK's selection", ctx,
+                   [table, "", __doc__.split("\n\n", 1)[1]])
+    print(table)
+    return 0
+
+
+def _one(pg_sparse: Any, g: Any, n: int, k: int, est: str,
+         args: argparse.Namespace) -> dict[str, Any]:
+    """Time one estimator's selection (the core's select phase) and its picks."""
+    state = pg_sparse.SparseState(algo="gaussiank", density=args.density, warmup_steps=0,
+                                  estimator=est)
+    bucket = state.native_bucket(0, g)
+    y = g.clone()
+    picks, selects, corrections = [], [], []
+
+    def call() -> None:
+        y.copy_(g)
+        bucket.allreduce(y).wait()
+        s = bucket.stats()
+        picks.append(s["local_selected"] / k)
+        selects.append(s["time_select_s"])
+        corrections.append(s["estimate_corrections"])
+
+    time_calls(call, args.repeats)
+    timed = selects[1:]  # the first call was time_calls' warm-up
+    return {"n": n, "method": f"gaussiank, estimator={est}",
+            "select_ms": statistics.median(timed) * 1e3, "min_ms": min(timed) * 1e3,
+            "max_ms": max(timed) * 1e3, "achieved": statistics.median(picks[1:]),
+            "corrections": ",".join(str(c) for c in corrections[1:])}
+
+
+def _line(r: dict[str, Any]) -> str:
+    return (f"  n={r['n']:,} {r['method']:>34}: select {r['select_ms']:8.2f} ms "
+            f"[{r['min_ms']:.2f}-{r['max_ms']:.2f}]  achieved {r['achieved']:.3f}  "
+            f"corrections {r['corrections']}")
