@@ -96,3 +96,20 @@ def test_achieved_density_on_real_gradients():
     # The exact estimator never guesses; the others' guesses are reported.
     assert all(c == 0 for c in res["resnet/exact"]["corrections"])
     print(json.dumps(res))
+
+
+def test_bench_suite(tmp_path):
+    """``python -m pg_sparse.bench estimators``: a row per estimator and one
+    for torch.topk, every estimator's picks inside [k/2, 2k]."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SPARSE_")}
+    proc = subprocess.run([sys.executable, "-m", "pg_sparse.bench", "estimators", "--out",
+                           str(tmp_path), "--sizes", "64K", "--repeats", "2"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "estimators.json").read_text())["rows"]
+    methods = [r["method"] for r in rows]
+    assert methods[0] == "torch.topk(|x|, k)"
+    assert methods[1:] == [f"gaussiank, estimator={e}" for e in NAMES]
+    for r in rows[1:]:
+        assert 0.5 <= r["achieved"] <= 2.0 and r["select_ms"] > 0, r
+    assert (tmp_path / "estimators.md").exists()
