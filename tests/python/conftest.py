@@ -58,6 +58,19 @@ def _job_env(extra: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
+def run_torchrun(worker: Path, nproc: int, cwd: Path, *args: str, timeout: float = 180) -> str:
+    """Run ``worker`` under ``torchrun --standalone`` with ``nproc`` ranks
+    (no PG_SPARSE_* variable of this process passed on) and return its
+    output; fail the test with the output's tail when the job fails."""
+    env = {k: v for k, v in _job_env(None).items() if not k.startswith("PG_SPARSE_")}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          f"--nproc_per_node={nproc}", str(worker), *args], env=env, cwd=cwd,
+                         capture_output=True, text=True, timeout=timeout)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    return text
+
+
 @dataclass
 class Job:
     """A finished (or killed) launch and what its ranks wrote."""

@@ -4,12 +4,10 @@ formulas, settings refused with clear errors, and a real 2-rank torchrun job
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_torchrun
 
 import pg_sparse
 from pg_sparse import _auto
@@ -47,14 +45,7 @@ def test_bad_settings(kwargs, match):
 
 
 def test_choices_in_a_real_job(tmp_path):
-    # 2 ranks on 2 cores.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SPARSE_")}
-    env["OMP_NUM_THREADS"] = "1"
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node=2", str(WORKER)], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=180)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text[-4000:]
+    text = run_torchrun(WORKER, 2, tmp_path)  # 2 ranks on 2 cores
     for rank in range(2):
         for line in ("fast link dense", "slow link sparse", "switched to dense",
                      "measured alpha"):

@@ -4,12 +4,10 @@ then flat). The worker is tests/python/workers/hierarchy.py."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_torchrun
 
 import pg_sparse
 
@@ -17,14 +15,7 @@ WORKER = Path(__file__).resolve().parent / "workers" / "hierarchy.py"
 
 
 def torchrun(tmp_path: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SPARSE_")}
-    env["OMP_NUM_THREADS"] = "1"
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node=4", str(WORKER), *args], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=240)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text[-4000:]
-    return text
+    return run_torchrun(WORKER, 4, tmp_path, *args, timeout=240)
 
 
 def test_two_nodes_of_two(tmp_path):

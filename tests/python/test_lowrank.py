@@ -3,25 +3,17 @@ backend: a real torchrun job of 2 ranks (tests/python/workers/lowrank.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_torchrun
 from pg_sparse.lowrank import ACPSGDState
 
 WORKER = Path(__file__).resolve().parent / "workers" / "lowrank.py"
 
 
 def test_acpsgd_and_powersgd_job(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG_SPARSE_")}
-    env["OMP_NUM_THREADS"] = "1"
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node=2", str(WORKER)], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=180)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text[-4000:]
+    text = run_torchrun(WORKER, 2, tmp_path)
     for rank in (0, 1):
         assert f"rank {rank}: acp math ok (3 compressed calls)" in text, text[-4000:]
         assert f"rank {rank}: acp training" in text
