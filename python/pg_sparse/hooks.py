@@ -11,7 +11,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _hierarchy
+from . import _hierarchy, adtopk
+from .adtopk import ADTopkState
 from .lowrank import ACPSGDState, _acp_step, powerSGD_hook
 from .state import SparseState, _permute
 
@@ -19,7 +20,7 @@ from .state import SparseState, _permute
 # same runs: it reduces through whatever backend its state's group uses.
 powersgd_hook = powerSGD_hook
 
-__all__ = ["HOOKS", "acpsgd_hook", "dense_hook", "gaussiank_hook", "gtopk_hook",
+__all__ = ["HOOKS", "acpsgd_hook", "adtopk_hook", "dense_hook", "gaussiank_hook", "gtopk_hook",
            "oktopk_hook", "powersgd_hook", "sparse_hook", "topka_hook", "topkdsa_hook"]
 
 
@@ -243,6 +244,31 @@ def dense_hook(state: SparseState,
         ...                        pg_sparse.hooks.dense_hook)
     """
     return _run(state, bucket, "dense")
+
+
+def adtopk_hook(state: ADTopkState,
+                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """ADTopk: all-dimension top-k, so that no row of any parameter starves.
+
+    Each sparse call picks every row's largest entry of ``|g + residual|``
+    (a row: one index of a parameter's dimension 0) and the bucket's global
+    top-k beside them (every ``interleave``-th call the global top-k alone),
+    gathers every rank's picks in one exchange and sums them by scatter-add;
+    what a rank did not send stays in its residual (error feedback).
+
+    Args:
+        state: a :class:`pg_sparse.adtopk.ADTopkState` (density, warm-up
+            iterations, interleave; per bucket the residual and row layout).
+        bucket: the gradients DDP hands the hook (its parameters give the rows).
+
+    Returns:
+        A future of the bucket's average over the ranks of what was sent.
+
+    Example::
+        >>> state = pg_sparse.adtopk.ADTopkState(density=0.01, warmup_steps=2)
+        >>> ddp.register_comm_hook(state, pg_sparse.hooks.adtopk_hook)
+    """
+    return adtopk.step(state, bucket)
 
 
 def acpsgd_hook(state: ACPSGDState,

@@ -1,0 +1,166 @@
+"""ADTopk: all-dimension top-k sparsification as a DDP comm hook.
+
+Global top-k starves whole rows: a layer whose gradients are small sends
+nothing for many steps. ADTopk keeps every row alive: on each sparse call a
+rank picks, in every row of every parameter (a row is one index of dimension
+0, its entries along dimension 1; a 1-D tensor is one row), the entry of
+largest ``|r|``, and beside them the global top-k of the bucket. The picks
+are exchanged in one gather of (index, value) pairs and summed by
+scatter-add (TopkA's exchange), and the rank's residual keeps everything it
+did not send (error feedback): ``sum(residuals) + P * out = sum(g + old
+residuals)``. Calls alternate between the all-dimension selection (row maxima
+plus the global top-k) and the global top-k alone every ``interleave`` calls,
+as ADTopk interleaves the two to bound the extra volume.
+
+The selection and the exchange run with torch ops on the bucket's device
+(CPU or CUDA) over the process group's ``all_gather_into_tensor``; the call
+blocks until its exchange is done (no overlap with backward yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class _Bucket:
+    rows: torch.Tensor  # int64 row id of every entry of the bucket
+    nrows: int
+    residual: torch.Tensor  # fp32, the bucket's size
+    calls: int = 0  # sparse calls made
+    last: dict[str, Any] = field(default_factory=dict)  # the last call's picks
+
+
+class ADTopkState:
+    """State of :func:`pg_sparse.hooks.adtopk_hook`: settings, the iteration
+    count and per DDP bucket the residual and the row layout.
+
+    Args:
+        density: the global top-k's share of the bucket (k = max(1,
+            round(density * n))), in (0, 1]; the row maxima come on top.
+        warmup_steps: iterations (backward passes) run as plain allreduce
+            first (DDP rebuilds its buckets after the first one).
+        interleave: every ``interleave``-th sparse call is the global top-k
+            alone (0: never; 1 would mean always, so at least 2).
+        process_group: the group to reduce over (default: the world).
+    """
+
+    def __init__(self, density: float = 0.01, warmup_steps: int = 1, interleave: int = 0,
+                 process_group: dist.ProcessGroup | None = None) -> None:
+        if not isinstance(density, (int, float)) or not 0.0 < density <= 1.0:
+            raise ValueError(f"pg_sparse: density must be in (0, 1], got {density!r}")
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"pg_sparse: warmup_steps must be an integer >= 0, "
+                             f"got {warmup_steps!r}")
+        if not isinstance(interleave, int) or interleave < 0 or interleave == 1:
+            raise ValueError(f"pg_sparse: interleave must be 0 or an integer >= 2, "
+                             f"got {interleave!r}")
+        self.density = float(density)
+        self.warmup_steps = warmup_steps
+        self.interleave = interleave
+        self.process_group = process_group
+        self.iteration = 0
+        self.buckets: dict[int, _Bucket] = {}
+
+    def bucket_state(self, index: int, buf: torch.Tensor,
+                     shapes: list[torch.Size]) -> _Bucket:
+        """Bucket ``index``'s state, (re)made when its size changed."""
+        b = self.buckets.get(index)
+        if b is None or b.residual.numel() != buf.numel():
+            rows = _row_ids(shapes, buf.numel()).to(buf.device)
+            b = _Bucket(rows, int(rows[-1].item()) + 1 if rows.numel() else 0,
+                        torch.zeros(buf.numel(), dtype=torch.float32, device=buf.device))
+            self.buckets[index] = b
+        return b
+
+
+def _row_ids(shapes: list[torch.Size], n: int) -> torch.Tensor:
+    """Row id of every entry of a bucket holding tensors of ``shapes`` in
+    order (dimension 0 indexes the rows; a 0-D or 1-D tensor is one row).
+    Without shapes that add up to n, the bucket is one row."""
+    sizes = [int(torch.Size(s).numel()) for s in shapes]
+    if sum(sizes) != n:
+        return torch.zeros(n, dtype=torch.int64)
+    parts, base = [], 0
+    for s, numel in zip(shapes, sizes):
+        nrow = s[0] if len(s) >= 2 and numel else 1
+        per = numel // nrow if nrow else 0
+        parts.append(torch.arange(nrow, dtype=torch.int64).repeat_interleave(per) + base)
+        base += nrow
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+
+
+def select(r: torch.Tensor, rows: torch.Tensor, nrows: int, k: int,
+           all_dims: bool) -> torch.Tensor:
+    """Indices (int64, ascending) of the picks of residual ``r``: the global
+    top-k of ``|r|`` (nonzero entries), with ``all_dims`` also each row's
+    largest ``|r|`` (ties: the lowest index)."""
+    a = r.abs()
+    picked = torch.zeros_like(a, dtype=torch.bool)
+    kk = min(k, a.numel())
+    if kk > 0:
+        picked[torch.topk(a, kk, sorted=False).indices] = True
+    if all_dims and nrows:
+        best = torch.full((nrows,), -1.0, dtype=a.dtype, device=a.device)
+        best.scatter_reduce_(0, rows, a, reduce="amax")
+        first = torch.full((nrows,), a.numel(), dtype=torch.int64, device=a.device)
+        pos = torch.arange(a.numel(), device=a.device)
+        first.scatter_reduce_(0, rows, torch.where(a == best[rows], pos, a.numel()),
+                              reduce="amin")
+        picked[first[first < a.numel()]] = True  # a row without entries has none
+    picked &= a != 0
+    return picked.nonzero().flatten()
+
+
+def step(state: ADTopkState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """One call of :func:`pg_sparse.hooks.adtopk_hook`."""
+    buf = bucket.buffer()
+    group = state.process_group or dist.group.WORLD
+    world = dist.get_world_size(group)
+    index = bucket.index()
+    if state.iteration < state.warmup_steps:
+        out = buf.div_(world)
+        dist.all_reduce(out, group=group)
+    else:
+        shapes = [p.shape for p in bucket.parameters()]
+        b = state.bucket_state(index, buf, shapes)
+        out = _sparse_call(state, b, buf, group, world)
+    if bucket.is_last():
+        state.iteration += 1
+    fut: torch.futures.Future = torch.futures.Future(
+        devices=[buf.device] if buf.is_cuda else None)
+    fut.set_result(out)
+    return fut
+
+
+def _sparse_call(state: ADTopkState, b: _Bucket, buf: torch.Tensor, group: Any,
+                 world: int) -> torch.Tensor:
+    """Select, exchange (one gather of padded pairs), scatter-add, keep the
+    rest; returns the average in ``buf``'s dtype."""
+    b.residual.add_(buf.float())
+    k = max(1, round(state.density * buf.numel()))
+    all_dims = not (state.interleave and (b.calls + 1) % state.interleave == 0)
+    idx = select(b.residual, b.rows, b.nrows, k, all_dims)
+    val = b.residual[idx]
+    b.residual[idx] = 0.0
+    b.calls += 1
+    b.last = {"idx": idx, "all_dims": all_dims}
+    count = torch.tensor([idx.numel()], dtype=torch.int64, device=buf.device)
+    counts = torch.empty(world, dtype=torch.int64, device=buf.device)
+    dist.all_gather_into_tensor(counts, count, group=group)
+    cap = int(counts.max().item())
+    pad_i = torch.zeros(cap, dtype=torch.int64, device=buf.device)
+    pad_v = torch.zeros(cap, dtype=torch.float32, device=buf.device)
+    pad_i[:idx.numel()] = idx
+    pad_v[:idx.numel()] = val
+    all_i = torch.empty(world * cap, dtype=torch.int64, device=buf.device)
+    all_v = torch.empty(world * cap, dtype=torch.float32, device=buf.device)
+    dist.all_gather_into_tensor(all_i, pad_i, group=group)
+    dist.all_gather_into_tensor(all_v, pad_v, group=group)
+    total = torch.zeros(buf.numel(), dtype=torch.float32, device=buf.device)
+    total.index_add_(0, all_i, all_v)  # padding adds zeros at index 0
+    return buf.copy_(total.div_(world))
