@@ -18,7 +18,9 @@ Methods (same model, data order, recipe and initial weights per seed):
   ``+noclip`` runs any method without gradient clipping; ``ALGO+node@DENSITY``
   reduces hierarchically (dense inside "nodes" of 2 ranks, sparse across:
   ``SparseState(hierarchy="node", local_size=2)``); ``auto@DENSITY`` lets
-  ``SparseState(algo="auto")`` choose dense or a sparse algorithm per bucket.
+  ``SparseState(algo="auto")`` choose dense or a sparse algorithm per bucket;
+  ``adtopk@DENSITY`` runs ADTopk (``pg_sparse.adtopk``: every row's largest
+  entry beside the global top-k).
 
 Launch with torchrun (4 ranks on CPU)::
 
@@ -110,11 +112,11 @@ def parse_method(m: str) -> Method:
             out.density_warmup = int(f[2:])
         else:
             algo = ""
-    if algo not in (*SPARSE, "auto") or out.density is None:
+    if algo not in (*SPARSE, "auto", "adtopk") or out.density is None:
         raise argparse.ArgumentTypeError(
             f"method {m!r}: one of {TORCH}[+noclip] or "
             f"ALGO[+mc|+adam][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
-            f"ALGO in {SPARSE} or auto")
+            f"ALGO in {SPARSE}, auto or adtopk")
     return out
 
 
@@ -161,6 +163,12 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
         return _register_psgd(ddp, PowerSGDPerBucket(psgd_groups, start_iter=warmup))
     if spec.algo == "bf16":
         return register_hook(ddp, "bf16", 0.0, gloo)
+    if spec.algo == "adtopk":
+        from pg_sparse.adtopk import ADTopkState
+
+        state = ADTopkState(density=spec.density, warmup_steps=warmup)
+        ddp.register_comm_hook(state, pg_sparse.hooks.adtopk_hook)
+        return state
     state = pg_sparse.SparseState(
         algo="auto" if spec.algo == "auto" else None,
         density=spec.density, warmup_steps=warmup, tau_prime=1 if spec.exact else 32,
@@ -200,7 +208,6 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
             psgd_groups: list[Any]) -> dict[str, Any]:
     """Train ``task`` with ``method`` from seed ``seed``; on every rank the
     curve (step, metric, cumulative bytes and seconds) and summary."""
-    import pg_sparse
 
     rank, world = dist.get_rank(), dist.get_world_size()
     r = task.recipe
@@ -233,7 +240,7 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
         losses.append(loss.detach().item())
-        if isinstance(state, pg_sparse.SparseState):
+        if hasattr(state, "summary"):  # SparseState, ADTopkState
             s = state.summary()
             sent.append(s["bytes_sent"])
             selected.append(s["global_selected"] / s["n"] if s["n"] else 1.0)
@@ -266,8 +273,7 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
         "final": curve["metric"][-1], "curve": curve,
         "bytes_per_step": float(per[1][warmup:].mean()),
         "bytes_per_step_dense": dense_bytes,
-        "bytes_source": "pg_sparse stats" if state is not None and
-        isinstance(state, pg_sparse.SparseState) else "ring model",
+        "bytes_source": "pg_sparse stats" if hasattr(state, "summary") else "ring model",
         "achieved_density": sum(sparse_steps) / len(sparse_steps) if sparse_steps else None,
         "step_s_median": float(per[0].median()), "train_s": float(cum_t[-1]),
     }

@@ -66,6 +66,16 @@ class ADTopkState:
         self.iteration = 0
         self.buckets: dict[int, _Bucket] = {}
 
+    def summary(self) -> dict[str, float]:
+        """The last sparse call of every bucket, summed: ``bytes_sent`` (ring
+        allgather model), ``global_selected`` (entries the output carries),
+        ``local_selected`` (this rank's picks) and ``n``."""
+        last = [b.last for b in self.buckets.values() if "n" in b.last]
+        return {"bytes_sent": float(sum(x["bytes_sent"] for x in last)),
+                "global_selected": float(sum(x["applied"] for x in last)),
+                "local_selected": float(sum(x["picks"] for x in last)),
+                "n": float(sum(x["n"] for x in last))}
+
     def bucket_state(self, index: int, buf: torch.Tensor,
                      shapes: list[torch.Size]) -> _Bucket:
         """Bucket ``index``'s state, (re)made when its size changed."""
@@ -163,4 +173,8 @@ def _sparse_call(state: ADTopkState, b: _Bucket, buf: torch.Tensor, group: Any,
     dist.all_gather_into_tensor(all_v, pad_v, group=group)
     total = torch.zeros(buf.numel(), dtype=torch.float32, device=buf.device)
     total.index_add_(0, all_i, all_v)  # padding adds zeros at index 0
+    # Ring allgathers: a rank sends its block of cap pairs (int64 index and
+    # fp32 value) and its count P - 1 times.
+    b.last.update(bytes_sent=(12 * cap + 8) * (world - 1), picks=idx.numel(),
+                  applied=int((total != 0).sum()), n=buf.numel())
     return buf.copy_(total.div_(world))

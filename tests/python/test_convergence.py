@@ -13,13 +13,13 @@ SCRIPT = "convergence.py"
 # the recipe for momentum SGD; the GPT at 120 steps with Adam in the hook:
 # +12%, where plain Ok-Topk under AdamW is +101%): a broken hook or a lost
 # residual lands far outside them.
-# The hierarchical mode (2 "nodes" x 2 ranks) and algo="auto" are held to
+# The hierarchical mode (2 "nodes" x 2 ranks), algo="auto" and ADTopk are held to
 # Ok-Topk's bound on digits, in a job of their own.
 CASES = {
     "digits": ("digits", 260, ("oktopk@0.01",), 1.5),
     "lstm": ("lstm", 120, ("oktopk+mc@0.01",), 0.25),
     "gpt": ("gpt", 120, ("oktopk+adam@0.01",), 0.3),
-    "digits-node-auto": ("digits", 260, ("oktopk+node@0.01", "auto@0.01"), 1.5),
+    "digits-more": ("digits", 260, ("oktopk+node@0.01", "auto@0.01", "adtopk@0.01"), 1.5),
 }
 NPROC, TIMEOUT = 4, 110
 

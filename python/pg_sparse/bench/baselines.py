@@ -43,6 +43,12 @@ def register_hook(ddp: Any, method: str, density: float, gloo: Any,
         state = pg_sparse.lowrank.ACPSGDState(rank=4, start_iter=2)
         ddp.register_comm_hook(state, pg_sparse.hooks.acpsgd_hook)
         return state
+    if method == "adtopk":  # every row's largest entry beside the global top-k
+        from pg_sparse.adtopk import ADTopkState
+
+        state = ADTopkState(density=density, warmup_steps=2)
+        ddp.register_comm_hook(state, pg_sparse.hooks.adtopk_hook)
+        return state
     if method == "auto":  # per bucket dense or the predicted-fastest sparse algorithm
         state = pg_sparse.SparseState(algo="auto", density=density)
         ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)

@@ -14,6 +14,8 @@ initial weights on the same batches, with DDP's overlap on:
   ``"sparse"`` default group's dense allreduce;
 - ``auto``: ``SparseState(algo="auto")``: per bucket dense or the sparse
   algorithm predicted fastest on the measured link;
+- ``adtopk``: ``pg_sparse.adtopk`` (every row's largest entry beside the
+  global top-k; warm-up 2 iterations; bytes from its ring-allgather model);
 - ``dense``, ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``:
   pg_sparse hooks on the ``"sparse"`` default group; a suffix ``+bf16`` or
   ``+fp16`` (``oktopk+bf16``) sends the values in that type
@@ -44,7 +46,7 @@ from .common import context, ranks_on_machine
 SPARSE_METHODS = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
 METHODS = ("nocomm", "gloo", "bf16", "powersgd", *SPARSE_METHODS)  # the default list
 GPU_METHODS = ("nocomm", "nccl", "bf16", "powersgd", *SPARSE_METHODS)  # --device cuda
-ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS, "acpsgd", "auto")
+ALL_METHODS = ("nocomm", *TORCH_METHODS, *SPARSE_METHODS, "acpsgd", "auto", "adtopk")
 PHASES = ("forward_s", "backward_compute_s", "backward_wait_s", "optimizer_s")
 # Per step and rank: step, forward, backward, backward compute, wait, optimizer.
 _TIMES = ("step_s", "forward_s", "backward_s", *PHASES[1:])
@@ -310,6 +312,10 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
             s = state.summary()
             stats.append([s["bytes_sent"], s["time_s"], s["global_selected"], s["n"],
                           s["time_select_s"], s["time_reduce_s"], s["time_gather_s"]])
+        elif hasattr(state, "summary"):  # ADTopk: bytes and picks, no core timers
+            s = state.summary()
+            stats.append([s["bytes_sent"], float("nan"), s["global_selected"], s["n"],
+                          float("nan"), float("nan"), float("nan")])
     for h in handles:
         h.remove()
     per_step = _sync_max(times, gloo)  # each step's figures: the slowest rank's
@@ -321,16 +327,21 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         st = _sync_max(stats, gloo)
         row["bytes_per_rank"] = float(st[:, 0].mean())
         row["bytes_source"] = "pg_sparse stats (bytes_sent, max over ranks, mean over steps)"
-        row["hook_time_s"] = float(st[:, 1].median())
+        row["hook_time_s"] = _or_none(float(st[:, 1].median()))
         row["density"] = float((st[:, 2] / st[:, 3]).mean())
         # The core's own phases, summed over buckets (slowest rank, median).
         for j, phase in enumerate(("select", "reduce", "gather")):
-            row[f"hook_{phase}_s"] = float(st[:, 4 + j].median())
+            row[f"hook_{phase}_s"] = _or_none(float(st[:, 4 + j].median()))
     params = None
     if numel <= _PARAM_CHECK_MAX:
         params = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
     del ddp, opt, state
     return row, params
+
+
+def _or_none(v: float) -> float | None:
+    """None for a figure a method does not report (NaN)."""
+    return None if v != v else v
 
 
 def _row(method: str, model: str, per_step: Any, world: int, numel: int,
@@ -352,7 +363,8 @@ def _row(method: str, model: str, per_step: Any, world: int, numel: int,
     }
     if method == "nocomm":
         row["bytes_per_rank"], row["bytes_source"] = 0.0, "no communication"
-    elif method in ("gloo", "nccl", "auto") or split_method(method)[0] in SPARSE_METHODS:
+    elif method in ("gloo", "nccl", "auto", "adtopk") or \
+            split_method(method)[0] in SPARSE_METHODS:
         row["bytes_per_rank"] = ring * 4 * numel
         row["bytes_source"] = "ring model 2(P-1)/P x 4 B x n"
     elif method in ("bf16", "fp16"):
