@@ -25,10 +25,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import _C
+
 
 @dataclass
 class _Bucket:
-    rows: torch.Tensor  # int64 row id of every entry of the bucket
+    segments: list[tuple[int, int, int]]  # (offset, rows, entries per row)
     nrows: int
     residual: torch.Tensor  # fp32, the bucket's size
     calls: int = 0  # sparse calls made
@@ -81,47 +83,58 @@ class ADTopkState:
         """Bucket ``index``'s state, (re)made when its size changed."""
         b = self.buckets.get(index)
         if b is None or b.residual.numel() != buf.numel():
-            rows = _row_ids(shapes, buf.numel()).to(buf.device)
-            b = _Bucket(rows, int(rows[-1].item()) + 1 if rows.numel() else 0,
+            segs = segments(shapes, buf.numel())
+            b = _Bucket(segs, sum(s[1] for s in segs),
                         torch.zeros(buf.numel(), dtype=torch.float32, device=buf.device))
             self.buckets[index] = b
         return b
 
 
-def _row_ids(shapes: list[torch.Size], n: int) -> torch.Tensor:
-    """Row id of every entry of a bucket holding tensors of ``shapes`` in
-    order (dimension 0 indexes the rows; a 0-D or 1-D tensor is one row).
-    Without shapes that add up to n, the bucket is one row."""
+def segments(shapes: list[torch.Size], n: int) -> list[tuple[int, int, int]]:
+    """(offset, rows, entries per row) of each tensor of ``shapes``, laid
+    out in order in a bucket of n entries (dimension 0 indexes the rows; a
+    0-D or 1-D tensor is one row). Without shapes that add up to n, the
+    bucket is one row."""
     sizes = [int(torch.Size(s).numel()) for s in shapes]
     if sum(sizes) != n:
-        return torch.zeros(n, dtype=torch.int64)
-    parts, base = [], 0
+        return [(0, 1, n)]
+    out, off = [], 0
     for s, numel in zip(shapes, sizes):
-        nrow = s[0] if len(s) >= 2 and numel else 1
-        per = numel // nrow if nrow else 0
-        parts.append(torch.arange(nrow, dtype=torch.int64).repeat_interleave(per) + base)
+        if numel:
+            nrow = s[0] if len(s) >= 2 else 1
+            out.append((off, nrow, numel // nrow))
+        off += numel
+    return out
+
+
+def row_ids(segs: list[tuple[int, int, int]], n: int) -> torch.Tensor:
+    """The row of every entry (int64), from ``segments``: for checks."""
+    ids = torch.zeros(n, dtype=torch.int64)
+    base = 0
+    for off, nrow, per in segs:
+        ids[off:off + nrow * per] = torch.arange(nrow).repeat_interleave(per) + base
         base += nrow
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+    return ids
 
 
-def select(r: torch.Tensor, rows: torch.Tensor, nrows: int, k: int,
+def select(r: torch.Tensor, segs: list[tuple[int, int, int]], k: int,
            all_dims: bool) -> torch.Tensor:
-    """Indices (int64, ascending) of the picks of residual ``r``: the global
-    top-k of ``|r|`` (nonzero entries), with ``all_dims`` also each row's
-    largest ``|r|`` (ties: the lowest index)."""
+    """Indices (int64, ascending) of the picks of residual ``r`` (fp32): the
+    global top-k of ``|r|`` (nonzero entries; every entry tied with the k-th
+    too), with ``all_dims`` also each row's largest ``|r|`` (ties: the lowest
+    index)."""
     a = r.abs()
-    picked = torch.zeros_like(a, dtype=torch.bool)
     kk = min(k, a.numel())
-    if kk > 0:
-        picked[torch.topk(a, kk, sorted=False).indices] = True
-    if all_dims and nrows:
-        best = torch.full((nrows,), -1.0, dtype=a.dtype, device=a.device)
-        best.scatter_reduce_(0, rows, a, reduce="amax")
-        first = torch.full((nrows,), a.numel(), dtype=torch.int64, device=a.device)
-        pos = torch.arange(a.numel(), device=a.device)
-        first.scatter_reduce_(0, rows, torch.where(a == best[rows], pos, a.numel()),
-                              reduce="amin")
-        picked[first[first < a.numel()]] = True  # a row without entries has none
+    if kk > 0:  # the core's radix select: the k-th |r|, O(n)
+        thr, _ = _C._ops_kth_abs(r, kk)
+        picked = a >= thr
+    else:
+        picked = torch.zeros_like(a, dtype=torch.bool)
+    if all_dims:
+        for off, nrow, per in segs:  # argmax: the first of tied maxima
+            best = a[off:off + nrow * per].view(nrow, per).argmax(dim=1)
+            best += off + torch.arange(nrow, device=a.device) * per
+            picked[best] = True
     picked &= a != 0
     return picked.nonzero().flatten()
 
@@ -154,7 +167,7 @@ def _sparse_call(state: ADTopkState, b: _Bucket, buf: torch.Tensor, group: Any,
     b.residual.add_(buf.float())
     k = max(1, round(state.density * buf.numel()))
     all_dims = not (state.interleave and (b.calls + 1) % state.interleave == 0)
-    idx = select(b.residual, b.rows, b.nrows, k, all_dims)
+    idx = select(b.residual, b.segments, k, all_dims)
     val = b.residual[idx]
     b.residual[idx] = 0.0
     b.calls += 1

@@ -16,21 +16,22 @@ WORKER = Path(__file__).resolve().parent / "workers" / "adtopk.py"
 
 
 def test_rows_follow_the_shapes():
-    rows = adtopk._row_ids([torch.Size([2, 3]), torch.Size([4]), torch.Size([])], 11)
-    assert rows.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3]
+    segs = adtopk.segments([torch.Size([2, 3]), torch.Size([4]), torch.Size([0, 3]),
+                            torch.Size([])], 11)
+    assert segs == [(0, 2, 3), (6, 1, 4), (10, 1, 1)]
+    assert adtopk.row_ids(segs, 11).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3]
     # Shapes that do not add up: the bucket is one row.
-    assert adtopk._row_ids([torch.Size([5])], 7).tolist() == [0] * 7
+    assert adtopk.segments([torch.Size([5])], 7) == [(0, 1, 7)]
 
 
 def test_selection_keeps_every_row():
     r = torch.tensor([5.0, -4.0, 0.1, 0.2, -0.3, 0.0, 0.0, 0.05])
-    rows = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
+    segs = [(0, 2, 3), (6, 1, 2)]  # rows [5, -4, .1], [.2, -.3, 0], [0, .05]
     # Global top-2 alone: the first row's two entries.
-    assert adtopk.select(r, rows, 3, 2, all_dims=False).tolist() == [0, 1]
+    assert adtopk.select(r, segs, 2, all_dims=False).tolist() == [0, 1]
     # Plus each row's largest |r| (row 2's 0.05; zeros never picked).
-    assert adtopk.select(r, rows, 3, 2, all_dims=True).tolist() == [0, 1, 4, 7]
-    assert adtopk.select(torch.zeros(4), torch.zeros(4, dtype=torch.int64), 1, 2,
-                         all_dims=True).tolist() == []
+    assert adtopk.select(r, segs, 2, all_dims=True).tolist() == [0, 1, 4, 7]
+    assert adtopk.select(torch.zeros(4), [(0, 2, 2)], 2, all_dims=True).tolist() == []
 
 
 @pytest.mark.parametrize("kwargs,match", [
