@@ -19,7 +19,7 @@ ALGORITHMS: tuple[str, ...] = tuple(_C._algorithms())
 # The threshold estimators (PGS_ESTIMATOR_MAP), name -> what it does.
 ESTIMATORS: dict[str, str] = dict(_C._estimators())
 # The algorithms whose selection starts from an estimate (the rest are exact).
-_ESTIMATED = ("gaussiank",)
+_ESTIMATED = ("gaussiank", "topkdsa")
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
                 "density_warmup_start", "wire_dtype", "nonfinite", "precondition", "betas",
@@ -51,16 +51,16 @@ class SparseState:
             times and the prediction error (``auto_error``).
         auto_algos: the sparse candidates of ``algo="auto"``.
         auto_interval: calls of a bucket between two of its decisions.
-        estimator: the first guess of the threshold of an estimated
-            selection (GaussianK's), one of ``pg_sparse.estimators()``:
-            ``"gaussian"`` (the default), ``"sidco_exp"`` (SIDCo's
+        auto_link: ``(alpha, beta)``: seconds per message round and bytes per
+            second per rank, instead of measuring them.
+        estimator: the first guess of the local threshold of GaussianK and
+            TopkDSA, one of ``pg_sparse.estimators()``: ``"gaussian"``
+            (GaussianK's default; TopkDSA's is exact), ``"sidco_exp"`` (SIDCo's
             exponential fit), ``"dgc_sample"`` (DGC: select on a fixed 1%
             sample) or ``"exact"`` (radix select, no guess). The guess is
             corrected toward [k/2, 2k] picks, then made exact, so it changes
             time, not volume; ``stats()["estimate_corrections"]`` shows how
             often it missed.
-        auto_link: ``(alpha, beta)``: seconds per message round and bytes per
-            second per rank, instead of measuring them.
         density: fraction of entries sent, k = max(1, round(density * n)),
             in (0, 1].
         warmup_steps: iterations run as dense allreduce first, counted as

@@ -703,11 +703,12 @@ std::vector<float> heavy_data(size_t n, uint64_t seed, int rank) {
   return v;
 }
 
-// Every estimator on gaussiank: picks in [k/2, 2k] and nothing lost on any
-// data; each model's first guess lands without correction on the data it
-// assumes (Gaussian on normal data, SIDCo's exponential on Laplace data,
-// DGC's sample on either); the exact estimator never guesses.
-TEST_P(TransportTest, GaussiankEstimators) {
+// Every estimator on gaussiank and topkdsa: picks in [k/2, 2k] and nothing
+// lost on any data; each model's first guess lands without correction on the
+// data it assumes (Gaussian on normal data, SIDCo's exponential on Laplace
+// data, DGC's sample on either); the exact estimator never guesses (nor does
+// topkdsa's default, which is exact).
+TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
   const size_t n = 200000;
   const int64_t k = target_k(0.01, n);
   struct Case {
@@ -721,29 +722,35 @@ TEST_P(TransportTest, GaussiankEstimators) {
       {PGS_EST_DGC_SAMPLE, 1, true},  {PGS_EST_EXACT, 2, true},
       {PGS_EST_GAUSSIAN, 2, false},   {PGS_EST_SIDCO_EXP, 2, false},
       {PGS_EST_DGC_SAMPLE, 2, false}, {PGS_EST_SIDCO_EXP, 0, false}};
-  for (const Case &c : cases) {
-    pgs_config_t cfg = make_config(PGS_ALGO_GAUSSIANK, 0.01, 0);
-    cfg.estimator = c.est;
-    Runner run(GetParam(), cfg, n);
-    ASSERT_TRUE(all_ranks(run.ok()));
-    for (int64_t step = 0; step < 3; ++step) {
-      std::vector<float> g =
-          c.data == 0   ? normal_data(n, 13, world_rank(), step)
-          : c.data == 1 ? laplace_data(n, 13 + step, world_rank())
-                        : heavy_data(n, 13 + step, world_rank());
-      ASSERT_TRUE(run.step_all(g));
-      const char *name = pgs_estimator_name(c.est);
-      EXPECT_GE(run.stats.local_selected, (k + 1) / 2) << name;
-      EXPECT_LE(run.stats.local_selected, 2 * k) << name;
-      EXPECT_EQ(conservation_failures(run, n), 0) << name;
-      if (step == 0 && c.first_guess_lands) {
-        EXPECT_EQ(run.stats.estimate_corrections, 0) << name << " " << c.data;
-      }
-      if (c.est == PGS_EST_EXACT) {
-        EXPECT_EQ(run.stats.local_recomputed, 1);
+  for (pgs_algo_id_t algo : {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA})
+    for (const Case &c : cases) {
+      const bool guesses =
+          c.est != PGS_EST_EXACT &&
+          !(algo == PGS_ALGO_TOPKDSA && c.est == PGS_EST_DEFAULT);
+      pgs_config_t cfg = make_config(algo, 0.01, 0);
+      cfg.estimator = c.est;
+      Runner run(GetParam(), cfg, n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      for (int64_t step = 0; step < 3; ++step) {
+        std::vector<float> g =
+            c.data == 0   ? normal_data(n, 13, world_rank(), step)
+            : c.data == 1 ? laplace_data(n, 13 + step, world_rank())
+                          : heavy_data(n, 13 + step, world_rank());
+        ASSERT_TRUE(run.step_all(g));
+        const std::string name =
+            std::string(pgs_algo_name(algo)) + "/" + pgs_estimator_name(c.est);
+        EXPECT_GE(run.stats.local_selected, (k + 1) / 2) << name;
+        EXPECT_LE(run.stats.local_selected, 2 * k) << name;
+        EXPECT_EQ(conservation_failures(run, n), 0) << name;
+        if (step == 0 && c.first_guess_lands) {
+          EXPECT_EQ(run.stats.estimate_corrections, 0) << name << " " << c.data;
+        }
+        if (!guesses) {
+          EXPECT_EQ(run.stats.estimate_corrections, 0) << name;
+          EXPECT_EQ(run.stats.local_recomputed, 1) << name;
+        }
       }
     }
-  }
 }
 
 // Ok-Topk on exact-threshold steps: the output support is the global top-k

@@ -31,6 +31,7 @@ def test_names_and_docs():
     ({"estimator": "nope"}, "unknown estimator 'nope'"),
     ({"estimator": "gaussian", "algo": "oktopk"}, "estimator applies to"),
     ({"estimator": "exact", "algo": "topka"}, "estimator applies to"),
+    ({"estimator": "dgc_sample", "algo": "gtopk"}, "estimator applies to"),
 ])
 def test_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -62,24 +63,25 @@ g_gpt = grads(gpt, lambda m: m(input_ids=ids, labels=ids).loss)
 heavy = torch.distributions.StudentT(1.5).sample((300000,))
 out = {}
 for data_name, g in (("resnet", g_resnet), ("gpt2", g_gpt), ("student_t", heavy)):
-    for est in pg_sparse.estimators():
-        st = pg_sparse.SparseState(algo="gaussiank", density=0.01, warmup_steps=0,
-                                   estimator=est)
-        b = st.native_bucket(0, g)
-        worst, corr = 0.0, []
-        for step in range(4):
-            before = b.residual().clone()
-            x = (g * (1.0 + 0.1 * step)).contiguous()
-            y = x.clone()
-            b.allreduce(y).wait()
-            s = b.stats()
-            lost = (x + before - y - b.residual()).abs().max().item()
-            assert lost <= 1e-4 * (x.abs().max().item() + 1), (data_name, est, lost)
-            ratio = s["local_selected"] / s["k"]
-            worst = max(worst, abs(ratio - 1))
-            corr.append(s["estimate_corrections"])
-            assert 0.5 <= ratio <= 2.0, (data_name, est, ratio)
-        out[f"{data_name}/{est}"] = {"n": g.numel(), "corrections": corr}
+    for algo in ("gaussiank", "topkdsa"):
+        for est in pg_sparse.estimators():
+            st = pg_sparse.SparseState(algo=algo, density=0.01, warmup_steps=0,
+                                       estimator=est)
+            b = st.native_bucket(0, g)
+            worst, corr = 0.0, []
+            for step in range(4):
+                before = b.residual().clone()
+                x = (g * (1.0 + 0.1 * step)).contiguous()
+                y = x.clone()
+                b.allreduce(y).wait()
+                s = b.stats()
+                lost = (x + before - y - b.residual()).abs().max().item()
+                assert lost <= 1e-4 * (x.abs().max().item() + 1), (data_name, algo, est, lost)
+                ratio = s["local_selected"] / s["k"]
+                worst = max(worst, abs(ratio - 1))
+                corr.append(s["estimate_corrections"])
+                assert 0.5 <= ratio <= 2.0, (data_name, algo, est, ratio)
+            out[f"{data_name}/{algo}/{est}"] = {"n": g.numel(), "corrections": corr}
 print("RESULT " + json.dumps(out))
 """
 
@@ -92,9 +94,11 @@ def test_achieved_density_on_real_gradients():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     res = json.loads(line[len("RESULT "):])
-    assert len(res) == 3 * len(NAMES)
-    # The exact estimator never guesses; the others' guesses are reported.
-    assert all(c == 0 for c in res["resnet/exact"]["corrections"])
+    assert len(res) == 3 * 2 * len(NAMES)
+    # The exact estimator never guesses (nor TopkDSA's default); the others'
+    # guesses are reported.
+    for key in ("resnet/gaussiank/exact", "gpt2/topkdsa/exact", "student_t/topkdsa/default"):
+        assert all(c == 0 for c in res[key]["corrections"]), (key, res[key])
     print(json.dumps(res))
 
 

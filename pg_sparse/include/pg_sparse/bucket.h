@@ -50,7 +50,8 @@ int pgs_algo_from_name(const char *name, pgs_algo_id_t *out);
 /** Threshold estimators of the threshold-based selections: the first guess
  *  of the k-th largest |x|, which the algorithm then corrects toward
  *  [k/2, 2k] picks. X(id, name, doc), defined once for the shim and Python.
- *  Used by gaussiank's local selection (the others select exactly). */
+ *  Used by gaussiank's and topkdsa's local selection (the others select
+ *  exactly; topkdsa's default is exact). */
 #define PGS_ESTIMATOR_MAP(X)                                                 \
   X(PGS_EST_DEFAULT, "default", "the algorithm's own (gaussiank: gaussian)") \
   X(PGS_EST_EXACT, "exact", "exact k-th |x| (radix select), no guess")       \
@@ -139,7 +140,7 @@ typedef enum pgs_phase {
   X(int64_t, transport_calls, "collectives and exchanges this call made")   \
   X(int64_t, host_syncs, "waits of the host for the device")                \
   X(int, estimate_corrections,                                              \
-    "gaussiank: corrections of the estimator's first guess this call "      \
+    "gaussiank, topkdsa: corrections of the estimator's guess this call "   \
     "(0: it gave [k/2, 2k] picks; 4 then exact: it missed)")                \
   X(int, candidates,                                                        \
     "oktopk: the local selection came from the fused pass's candidate "     \

@@ -204,6 +204,14 @@ double pgs_normal_two_sided_quantile(double p);
  *  PGS_EST_EXACT (PGS_ERR_INVALID): the caller selects exactly (estimate.c). */
 int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr);
 
+/** A threshold of x whose count of |x| >= thr (x != 0) lies in [k/2, 2k]:
+ *  the estimator's guess, corrected up to four times by a factor 1.5, else
+ *  the exact k-th |x| (directly for PGS_EST_EXACT and k = n). Also the
+ *  counts above (*gt) and at (*eq) it; estimate_corrections and
+ *  local_recomputed go to the stats (estimate.c). */
+int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
+                         int64_t *gt, int64_t *eq);
+
 /** Monotonic clock in seconds. */
 double pgs_now(void);
 

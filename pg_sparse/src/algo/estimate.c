@@ -101,3 +101,47 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
     default: return PGS_ERR_INVALID;
   }
 }
+
+/* Multiplicative corrections before giving up on the estimate. Gradients are
+ * heavier-tailed than most models assume, so a guess is often off by a
+ * factor; a few steps fix that, and the exact k-th value bounds the worst
+ * case. */
+enum { EST_CORRECTIONS = 4 };
+
+/* Entries of x above (*gt) and at (*eq) thr. */
+static int count_at(pgs_bucket_t *b, const float *x, float thr, int64_t *gt,
+                    int64_t *eq) {
+  const int64_t bounds[2] = {0, (int64_t)b->n};
+  return b->ops->count_regions(b->ops, x, b->n, bounds, 1, thr, gt, eq);
+}
+
+int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
+                         int64_t *gt, int64_t *eq) {
+  /* With the exact estimator, and at k = n (where the exact threshold keeps
+   * every entry, as density 1 must), straight to the select below. */
+  const int exact = b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n;
+  float thr = 0.0f;
+  int st = exact ? PGS_OK : pgs_estimate_threshold(b, x, &thr);
+  if (st != PGS_OK) return st;
+  const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
+  const int tries = exact ? 0 : EST_CORRECTIONS;
+  for (int i = 0; i < tries; ++i) {
+    st = count_at(b, x, thr, gt, eq);
+    if (st != PGS_OK) return st;
+    const int64_t count = *gt + *eq;
+    if (count >= lo && count <= hi && thr > 0.0f) {
+      *thr_out = thr;
+      b->stats.estimate_corrections = i;
+      return PGS_OK;
+    }
+    /* The count falls as the threshold rises; step by the tail ratio. */
+    thr *= count > hi ? 1.5f : (1.0f / 1.5f);
+  }
+  b->stats.estimate_corrections = tries;
+  int64_t n_gt = 0;
+  st = b->ops->kth_abs(b->ops, x, b->n, (size_t)b->k, &thr, &n_gt);
+  if (st != PGS_OK) return st;
+  b->stats.local_recomputed = 1;
+  *thr_out = thr;
+  return count_at(b, x, thr, gt, eq);
+}

@@ -1,7 +1,9 @@
-/* topkdsa (SparCML-style): Ok-Topk's split and reduce on static equal
- * regions, then an allgather of every reduced nonzero, or of the dense
- * regions when the union of picks exceeds n/3 (then dense is cheaper). The
- * residual is cleared at the local top-k: all of it reaches the output. */
+/* topkdsa (SparCML-style): the local top-k (exact, or from an estimated
+ * threshold when the bucket's estimator says so), Ok-Topk's split and
+ * reduce on static equal regions, then an allgather of every reduced nonzero,
+ * or of the dense regions when the union of picks exceeds n/3 (then dense is
+ * cheaper). The residual is cleared at the local top-k: all of it reaches the
+ * output. */
 #include <stdlib.h>
 
 #include "algo/split.h"
@@ -85,14 +87,22 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   int st = pgs_accumulate(b, grad);
   if (st != PGS_OK) return st;
   float thr = 0.0f;
-  int64_t n_gt = 0, m = 0, capped = 0;
-  st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
+  int64_t n_gt = 0, n_eq = 0, m = 0, capped = 0, quota = 0;
+  if (b->cfg.estimator == PGS_EST_DEFAULT ||
+      b->cfg.estimator == PGS_EST_EXACT) {
+    /* Exactly k: the k-th |x| and a quota of its ties. */
+    st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
+    quota = thr > 0.0f ? b->k - n_gt : 0;
+    b->stats.local_recomputed = 1;
+  } else {
+    /* An estimated threshold: every entry at or above it, [k/2, 2k]. */
+    st = pgs_banded_threshold(b, b->resid, &thr, &n_gt, &n_eq);
+    quota = -1;
+  }
   if (st != PGS_OK) return st;
-  st = pgs_split_select(b, sp, b->resid, thr, thr > 0.0f ? b->k - n_gt : 0, -1,
-                        &m, &capped);
+  st = pgs_split_select(b, sp, b->resid, thr, quota, -1, &m, &capped);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
-  b->stats.local_recomputed = 1;
   b->stats.local_threshold = thr;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
