@@ -40,7 +40,16 @@ def run(state: pg_sparse.SparseState, oracle, steps: int, prepare=None):
     def probe(st, bucket):
         x = bucket.buffer().detach().clone()
         old = st._buckets.get(bucket.index())
-        before = torch.zeros_like(x) if old is None else old.residual().clone()
+        restored = old is None and bucket.index() in st._saved
+        if old is not None:
+            before = old.residual().clone()
+        elif restored:
+            # What a checkpoint restores, in the packing it was saved in
+            # (DDP's first iteration packs the bucket otherwise): checked
+            # below on the sums over the bucket, which no packing changes.
+            before = st._saved[bucket.index()]["residual"].clone()
+        else:
+            before = torch.zeros_like(x)
         if prepare is not None and old is None:
             prepare(st)
 
@@ -48,8 +57,12 @@ def run(state: pg_sparse.SparseState, oracle, steps: int, prepare=None):
             out = f.value()
             nb = st._buckets[bucket.index()]
             resid = nb.residual().clone()
-            lhs = gsum(resid, oracle) + world * out
-            rhs = gsum(x + before, oracle)
+            if restored:
+                lhs = gsum(resid.sum(), oracle) + world * out.sum()
+                rhs = gsum(x.sum() + before.sum(), oracle)
+            else:
+                lhs = gsum(resid, oracle) + world * out
+                rhs = gsum(x + before, oracle)
             assert torch.allclose(lhs, rhs, rtol=1e-4, atol=1e-5), (lhs - rhs).abs().max()
             s = st.stats()[bucket.index()]
             calls.append((int(s["dense"]), int(s["auto_dense"]), float(resid.abs().sum())))
@@ -129,16 +142,22 @@ def main() -> None:
     print(f"rank {rank}: switched to dense after 3 sparse calls "
           f"(prediction error {s['auto_error']:+.0f})", flush=True)
 
-    # Measured link: positive, and the same on every rank; a checkpoint
-    # restores the choice into a fresh state.
+    # Measured link: positive, and the same on every rank.
     st = pg_sparse.SparseState(algo="auto", density=0.05)
     run(st, oracle, 3)
     link = st._auto.link
     assert link is not None and link.alpha_s > 0 and link.beta_bytes_s > 0, link
     same_on_every_rank([link.alpha_s, link.beta_bytes_s, st._auto.select_s])
-    st2 = pg_sparse.SparseState(algo="auto", density=0.05)
-    st2.load_state_dict(copy.deepcopy(st.state_dict()))
-    run(st2, oracle, 2)
+    # A checkpoint of a sparse choice (a residual to carry) restores the
+    # choice and the residual into a fresh state; conservation holds across.
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3))
+    run(st, oracle, 3)
+    saved = copy.deepcopy(st.state_dict())
+    assert saved["buckets"][0]["residual"].abs().sum() > 0
+    st2 = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3))
+    st2.load_state_dict(saved)
+    _, calls = run(st2, oracle, 2)
+    assert [d for d, _, _ in calls] == [0, 0], calls  # sparse, no new warm-up
     assert st2._auto.buckets[0].algo == st._auto.buckets[0].algo
     assert st2._auto.buckets[0].calls == 5, st2._auto.buckets[0].calls
     print(f"rank {rank}: measured alpha {link.alpha_s * 1e6:.1f} us, "
