@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ import torch.distributed as dist
 from . import _C
 
 CANDIDATES = ("oktopk", "topka", "gtopk", "gaussiank", "topkdsa")
+INTERVAL = 100  # calls of a bucket between two decisions, by default
 _PROBE_VALUES = 1 << 20  # 4 MB: bandwidth-bound on any link slower than memory
 _HYSTERESIS = 0.9  # switch only for a predicted gain above 10%
 
@@ -237,3 +239,26 @@ class AutoChooser:
             return None
         return {"algo": c.algo, "dense": c.dense, "predicted": dict(c.predicted),
                 "scale": dict(c.scale), "calls": c.calls}
+
+
+def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
+                interval: int = INTERVAL, link: tuple[float, float] | None = None,
+                hierarchy: str = "flat", precondition: str | None = None
+                ) -> AutoChooser | None:
+    """The chooser of ``SparseState(algo="auto")`` (None for another algo),
+    its settings checked."""
+    if algo != "auto":
+        return None
+    bad = [a for a in candidates if a not in CANDIDATES]
+    if not candidates or bad:
+        raise ValueError(f"pg_sparse: auto_algos must be some of {CANDIDATES}, "
+                         f"got {tuple(candidates)!r}")
+    if not isinstance(interval, int) or interval < 1:
+        raise ValueError(f"pg_sparse: auto_interval must be an integer >= 1, got {interval!r}")
+    if link is not None and (len(link) != 2 or not all(
+            isinstance(v, (int, float)) and v > 0 for v in link)):
+        raise ValueError(f"pg_sparse: auto_link must be (alpha seconds, beta bytes/s), "
+                         f"both > 0, got {link!r}")
+    if hierarchy != "flat" or precondition:
+        raise ValueError("pg_sparse: algo='auto' runs flat, without precondition")
+    return AutoChooser(tuple(candidates), interval, link)

@@ -170,14 +170,15 @@ class SparseState:
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  max_grad_norm: float = 0.0, hierarchy: str = "flat",
                  local_size: int | None = None,
-                 auto_algos: Sequence[str] = _auto.CANDIDATES, auto_interval: int = 100,
+                 auto_algos: Sequence[str] = _auto.CANDIDATES,
+                 auto_interval: int = _auto.INTERVAL,
                  auto_link: tuple[float, float] | None = None,
                  estimator: str | None = None) -> None:
         if algo is not None and algo not in (*ALGORITHMS, "auto"):
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {(*ALGORITHMS, 'auto')}")
-        self._auto = _check_auto(algo, auto_algos, auto_interval, auto_link,
-                                 hierarchy, precondition)
+        self._auto = _auto.chooser_for(algo, auto_algos, auto_interval, auto_link,
+                                       hierarchy, precondition)
         if estimator is not None and estimator not in ESTIMATORS:
             raise ValueError(f"pg_sparse: unknown estimator {estimator!r}; choose one of "
                              f"{tuple(ESTIMATORS)}")
@@ -576,8 +577,8 @@ class SparseState:
         for k, v in state["config"].items():
             setattr(self, k, v)
         if self.algo == "auto" and self._auto is None:  # unpickled: defaults
-            self._auto = _check_auto("auto", _auto.CANDIDATES, 100, None, self.hierarchy,
-                                     self.precondition)
+            self._auto = _auto.chooser_for("auto", hierarchy=self.hierarchy,
+                                           precondition=self.precondition)
         self._iteration = int(state.get("iteration", 0))
         self._saved = {int(i): dict(s) for i, s in state["buckets"].items()}
         for i, b in list(self._buckets.items()):
@@ -608,27 +609,6 @@ class SparseState:
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__init__()
         self.load_state_dict(d["state"])
-
-
-def _check_auto(algo: str | None, candidates: Sequence[str], interval: int,
-                link: tuple[float, float] | None, hierarchy: str,
-                precondition: str | None) -> _auto.AutoChooser | None:
-    """The chooser of algo="auto" (None otherwise), its settings checked."""
-    if algo != "auto":
-        return None
-    bad = [a for a in candidates if a not in _auto.CANDIDATES]
-    if not candidates or bad:
-        raise ValueError(f"pg_sparse: auto_algos must be some of {_auto.CANDIDATES}, "
-                         f"got {tuple(candidates)!r}")
-    if not isinstance(interval, int) or interval < 1:
-        raise ValueError(f"pg_sparse: auto_interval must be an integer >= 1, got {interval!r}")
-    if link is not None and (len(link) != 2 or not all(
-            isinstance(v, (int, float)) and v > 0 for v in link)):
-        raise ValueError(f"pg_sparse: auto_link must be (alpha seconds, beta bytes/s), "
-                         f"both > 0, got {link!r}")
-    if hierarchy != "flat" or precondition:
-        raise ValueError("pg_sparse: algo='auto' runs flat, without precondition")
-    return _auto.AutoChooser(tuple(candidates), interval, link)
 
 
 def _clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
