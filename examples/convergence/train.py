@@ -81,6 +81,7 @@ class Method:
     density: float | None = None
     mc: bool = False
     adam: bool = False
+    norm: bool = False
     noclip: bool = False
     exact: bool = False
     warmup: int | None = None
@@ -102,6 +103,8 @@ def parse_method(m: str) -> Method:
             out.mc = True
         elif f == "adam":
             out.adam = True
+        elif f == "norm":
+            out.norm = True
         elif f == "exact":
             out.exact = True
         elif f == "node":
@@ -176,6 +179,7 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
         momentum=recipe_momentum if spec.mc else 0.0, nesterov=nesterov and spec.mc,
         precondition="adam" if spec.adam else None,
         max_grad_norm=clip if spec.adam else 0.0,
+        adam_select="normalized" if spec.norm else "gradient",
         hierarchy="node" if spec.node else "flat", local_size=2 if spec.node else None)
     if spec.algo == "auto":
         ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)

@@ -60,7 +60,7 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     if state.momentum:
         x = state._corrected(index, x)
     elif state.precondition:
-        x = state._adam_send(index, x, dense)
+        x = state._adam_send(index, native, x, dense)
 
     def done(fut: torch.futures.Future) -> torch.Tensor:
         out = fut.value()[0]

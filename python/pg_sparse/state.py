@@ -23,7 +23,7 @@ _ESTIMATED = ("gaussiank", "topkdsa")
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
                 "density_warmup_start", "wire_dtype", "nonfinite", "precondition", "betas",
-                "eps", "max_grad_norm", "hierarchy", "local_size", "estimator")
+                "eps", "max_grad_norm", "adam_select", "hierarchy", "local_size", "estimator")
 # state_dict()'s format: 2 adds "version", "iteration" and each bucket's
 # "warmup"; a dict without "version" is format 1 (read as before).
 STATE_VERSION = 2
@@ -114,6 +114,20 @@ class SparseState:
             times Adam's. Entries not carried wait, moments untouched.
             Moments and ages are the same on every rank (computed from the
             reduced output) and checkpointed with the state.
+        adam_select: with ``precondition="adam"``, what a sparse call ranks
+            entries by. ``"gradient"``: the residual's raw size, as without
+            Adam. ``"normalized"``: its size divided by Adam's denominator
+            ``sqrt(v_hat) + eps`` (the same on every rank), i.e. the Adam
+            step the entry has pending. Adam moves every entry by about
+            ``lr`` whatever its gradient's scale, so ranking by raw size
+            starves the entries of small-gradient tensors (norms, biases,
+            embeddings) for far longer than ``1/density`` calls; ranking by
+            the normalized size gives every entry its turn in proportion to
+            its pending step. The residual is kept divided by the
+            denominator (rescaled, one pass over the bucket, when the
+            denominator changes), sums are taken in those units and turned
+            back into gradient units before Adam's update, so nothing is
+            lost; ``state_dict`` holds the residual in gradient units.
         betas: Adam's (beta1, beta2) for ``precondition="adam"``.
         eps: Adam's epsilon for ``precondition="adam"``.
         hierarchy: ``"flat"`` (the default) reduces over the whole group;
@@ -168,7 +182,8 @@ class SparseState:
                  wire_dtype: torch.dtype | None = None, nonfinite: str = "raise",
                  precondition: str | None = None,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 max_grad_norm: float = 0.0, hierarchy: str = "flat",
+                 max_grad_norm: float = 0.0, adam_select: str = "gradient",
+                 hierarchy: str = "flat",
                  local_size: int | None = None,
                  auto_algos: Sequence[str] = _auto.CANDIDATES,
                  auto_interval: int = _auto.INTERVAL,
@@ -226,6 +241,12 @@ class SparseState:
         self._param_adam: dict[int, int] = {}  # parameter id -> t
         self._second = ParamBuffers()
         self._age = ParamBuffers()  # calls since an entry was last applied
+        # adam_select="normalized": the denominator the residual is divided by.
+        self._scale = ParamBuffers()
+        if adam_select not in ("gradient", "normalized"):
+            raise ValueError(f"pg_sparse: adam_select must be 'gradient' or 'normalized', "
+                             f"got {adam_select!r}")
+        self.adam_select = adam_select
         self.nonfinite = nonfinite
         self.wire_dtype = wire_dtype
         self.algo = algo
@@ -349,6 +370,7 @@ class SparseState:
                                 self._config(tensor, warmup, algo))
             self._warmup_of[index] = warmup
             self._applied_density.pop(index, None)
+            self._scale.tensors.pop(index, None)  # a new residual is in gradient units
             mine = layout
             if saved is not None:
                 _restore(b, saved)
@@ -445,12 +467,44 @@ class SparseState:
         return self.algo == "dense" or \
             int(bucket.get_state()[0]["step"]) < self._warmup_of.get(index, self.warmup_steps)
 
-    def _adam_send(self, index: int, x: torch.Tensor, dense: bool) -> torch.Tensor:
+    def _adam_send(self, index: int, bucket: Any, x: torch.Tensor,
+                   dense: bool) -> torch.Tensor:
         """Count the call (Adam's t) and return the tensor to reduce: the
         gradient, on a sparse call clipped to ``max_grad_norm`` on this
-        rank (a dense call clips the average instead)."""
-        self._adam_counts(index)
-        return x if dense else _clipped(x, self.max_grad_norm)
+        rank (a dense call clips the average instead), and with
+        ``adam_select="normalized"`` divided by Adam's denominator."""
+        t = self._adam_counts(index)
+        if dense:
+            self._rescale_residual(index, bucket, None)
+            return x
+        x = _clipped(x, self.max_grad_norm)
+        if self.adam_select != "normalized":
+            return x
+        b2, layout = self.betas[1], self._layouts.get(index)
+        v = self._second.get(index, x.float(), layout)
+        bc = 1.0 - b2 ** (t - 1) if t > 1 else 1.0
+        s = (v / bc).sqrt_().add_(self.eps)
+        self._rescale_residual(index, bucket, s)
+        return x.float().div_(s).to(x.dtype)
+
+    def _rescale_residual(self, index: int, bucket: Any, s: torch.Tensor | None) -> None:
+        """Keep the residual in the units of this call's values: it holds
+        ``r / s_prev`` after a normalized call and ``r`` otherwise, so it is
+        multiplied by ``s_prev / s`` (``s`` None: plain units)."""
+        prev = self._scale.tensors.get(index)
+        if prev is not None and s is not None and prev.numel() != s.numel():
+            prev = None  # a rebuilt bucket: its residual was restored in plain units
+        if prev is None and s is None:
+            return
+        r = bucket.residual()
+        if r.any():
+            f = (prev if prev is not None else 1.0) / (s if s is not None else 1.0)
+            bucket.set_residual(r.to(f.device if isinstance(f, torch.Tensor) else r.device)
+                                .mul_(f))
+        if s is None:
+            self._scale.tensors.pop(index, None)
+        else:
+            self._scale.bind(index, s, self._layouts.get(index))
 
     def _adam_counts(self, index: int) -> int:
         """Advance bucket ``index``'s Adam step t and return it. Kept per
@@ -490,6 +544,9 @@ class SparseState:
             v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
             denom = (v.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(self.eps)
             return torch.div(m, denom).div_(1.0 - b1 ** t).to(out.dtype)
+        scale = self._scale.tensors.get(index)
+        if scale is not None:
+            g.mul_(scale)  # back to gradient units
         age.add_(1.0)
         hit = g != 0
         a = age[hit]
@@ -503,8 +560,14 @@ class SparseState:
         upd[hit] = mh.div_(denom).mul_(a / (1.0 - b1 ** t))
         return upd.to(out.dtype)
 
+    def _plain_residual(self, index: int, bucket: Any) -> torch.Tensor:
+        """The residual in gradient units (as checkpoints hold it)."""
+        r, s = bucket.residual(), self._scale.tensors.get(index)
+        return r if s is None else r.mul_(s.to(r.device))
+
     def _restore_buffers(self, index: int, saved: dict[str, Any],
                          device: torch.device | None) -> None:
+        self._scale.tensors.pop(index, None)  # the restored residual is in gradient units
         layout = saved.get("layout")
         self._velocity.restore(index, saved.get("velocity"), layout, device)
         self._second.restore(index, saved.get("second_moment"), layout, device)
@@ -543,7 +606,7 @@ class SparseState:
         for i, b in self._buckets.items():
             scalars, bounds = b.get_state()
             layout = self._layouts.get(i)
-            buckets[i] = {"numel": b.numel, "residual": b.residual(),
+            buckets[i] = {"numel": b.numel, "residual": self._plain_residual(i, b),
                           "bounds": list(bounds), **scalars,
                           "velocity": self._velocity.saved(i),
                           "second_moment": self._second.saved(i),
@@ -576,6 +639,8 @@ class SparseState:
                                 else "'config' or 'buckets' missing"))
         for k, v in state["config"].items():
             setattr(self, k, v)
+        if "adam_select" not in state["config"]:  # saved before adam_select existed
+            self.adam_select = "gradient"
         if self.algo == "auto" and self._auto is None:  # unpickled: defaults
             self._auto = _auto.chooser_for("auto", hierarchy=self.hierarchy,
                                            precondition=self.precondition)

@@ -177,7 +177,13 @@ def adam_dense_matches_adamw(clip: float) -> Callable[[], str]:
     return fn
 
 
-def adam_sparse_calls(algo: str, clip: float = 0.0) -> Callable[[], str]:
+def _plain_residual(state: object) -> object:
+    """Bucket 0's residual in gradient units, as a checkpoint holds it."""
+    return state.state_dict()["buckets"][0]["residual"]  # type: ignore[attr-defined]
+
+
+def adam_sparse_calls(algo: str, clip: float = 0.0,
+                      select: str = "gradient") -> Callable[[], str]:
     """Sparse calls with precondition='adam', against the test's own
     arithmetic: two dense calls are Adam steps on the averaged gradient;
     then the reduced gradient ``out`` is what the residuals lost
@@ -185,18 +191,21 @@ def adam_sparse_calls(algo: str, clip: float = 0.0) -> Callable[[], str]:
     oracle, g clipped to ``clip`` on each rank), an entry the call does not
     carry has out == 0 and no update, and an entry carried after waiting
     ``a`` calls gets a * Adam's step with moments decayed by beta ** a and
-    fed out / a and out ** 2 / a."""
+    fed out / a and out ** 2 / a. With ``select="normalized"`` the
+    residuals are read in gradient units from ``state_dict`` (the bucket
+    holds them divided by Adam's denominator) and the same oracle holds."""
     def fn() -> str:
         torch, dist = C.torch, C.dist
         P, n, (b1, b2), eps = C.world_size, 4000, ADAM_BETAS, ADAM_EPS
         state = C.pg_sparse.SparseState(algo=algo, density=0.05, warmup_steps=2, tau=2,
-                                        tau_prime=2, precondition="adam", max_grad_norm=clip)
+                                        tau_prime=2, precondition="adam", max_grad_norm=clip,
+                                        adam_select=select)
         m, v, age = torch.zeros(n), torch.zeros(n), torch.zeros(n)
         carried, late = 0, 0
         for call in range(7):
             t = call + 1
             b = state.native_bucket(0, torch.empty(n))
-            before = b.residual()
+            before = _plain_residual(state) if call else b.residual()
             g = torch.randn(n, generator=torch.Generator().manual_seed(43 * C.rank + call))
             upd = C.pg_sparse.hooks._run(state, _Bucket(g.clone()), algo).wait()
             if call < 2:  # dense: Adam on the (clipped) averaged gradient
@@ -212,7 +221,7 @@ def adam_sparse_calls(algo: str, clip: float = 0.0) -> Callable[[], str]:
                 assert not state.stats()[0]["dense"]
                 if clip and g.norm() > clip:
                     g *= clip / (g.norm() + 1e-6)
-                out = g + before - b.residual()
+                out = g + before - _plain_residual(state)
                 dist.all_reduce(out, group=C.gloo)
                 out /= P
                 hit = upd != 0
@@ -236,6 +245,48 @@ def adam_sparse_calls(algo: str, clip: float = 0.0) -> Callable[[], str]:
         assert 0 < carried < 5 * n and late > 0, (carried, late)
         return f"{carried} entries carried, {late} of them after waiting"
     return fn
+
+
+def adam_normalized_selection() -> str:
+    """adam_select='normalized' picks entries by their size relative to
+    Adam's denominator, not by raw size: with half the entries 100x larger
+    on every call (so their second moment is 10^4x larger), selection by
+    gradient carries almost only the large half, the normalized one picks
+    from both halves; either way nothing is lost (the residuals in gradient
+    units plus what was applied equal the gradients summed)."""
+    torch, dist = C.torch, C.dist
+    n, calls = 2000, 8
+    scale = torch.ones(n)
+    scale[: n // 2] = 100.0
+    small = {}
+    for select in ("gradient", "normalized"):
+        state = C.pg_sparse.SparseState(algo="topka", density=0.05, warmup_steps=2,
+                                        precondition="adam", adam_select=select)
+        total, picked = torch.zeros(n), torch.zeros(n)
+        for call in range(calls):
+            g = scale * torch.randn(n, generator=torch.Generator().manual_seed(7 * C.rank + call))
+            C.pg_sparse.hooks._run(state, _Bucket(g.clone()), "topka").wait()
+            total += g
+            if call >= 2:
+                hit = state._age.tensors[0] == 0  # entries applied by this call
+                picked += hit.float()
+        left = _plain_residual(state)
+        sums = torch.stack([total, left])
+        dist.all_reduce(sums, group=C.gloo)
+        # What was applied: the gradient sum minus what every residual holds.
+        applied = sums[0] - sums[1]
+        dense_part = torch.zeros(n)  # the two dense calls carried everything
+        for call in range(2):
+            g = scale * torch.randn(n, generator=torch.Generator().manual_seed(7 * C.rank + call))
+            dense_part += g
+        dist.all_reduce(dense_part, group=C.gloo)
+        cold = (applied - dense_part)[picked == 0]
+        assert cold.abs().max() < 1e-3 * scale.max(), \
+            f"{select}: mass applied at entries no call picked"
+        small[select] = float(picked[n // 2:].sum() / picked.sum())
+    assert small["gradient"] < 0.05 and small["normalized"] > 0.25, small
+    return (f"share of picks among the small half: gradient {small['gradient']:.3f}, "
+            f"normalized {small['normalized']:.3f}")
 
 
 def adam_state_dict() -> str:
@@ -283,4 +334,7 @@ def plan() -> list[tuple[str, Callable[[], str]]]:
                ("adam_state_dict", adam_state_dict),
                ("adam_sparse_calls_oktopk_clipped", adam_sparse_calls("oktopk", 5.0))]
     checks += [(f"adam_sparse_calls_{a}", adam_sparse_calls(a)) for a in ALGOS if a != "dense"]
+    checks += [(f"adam_sparse_calls_{a}_normalized", adam_sparse_calls(a, 5.0, "normalized"))
+               for a in ALGOS if a != "dense"]
+    checks += [("adam_normalized_selection", adam_normalized_selection)]
     return checks
