@@ -14,7 +14,10 @@ Methods (same model, data order, recipe and initial weights per seed):
   stream (``SparseState(precondition="adam")``: an entry that waited ``a``
   steps in the residuals gets the ``a`` Adam steps it missed) with SGD (the
   recipe's weight decay) in the optimizer and the recipe's gradient clipping
-  inside the hook (``max_grad_norm``; its output is the update);
+  inside the hook (``max_grad_norm``; its output is the update), ranking
+  entries by raw size (``adam_select="gradient"``, as the first runs did);
+  ``ALGO+adam+norm@DENSITY`` ranks them by their pending Adam step
+  (``adam_select="normalized"``, the library's default);
   ``+noclip`` runs any method without gradient clipping; ``ALGO+node@DENSITY``
   reduces hierarchically (dense inside "nodes" of 2 ranks, sparse across:
   ``SparseState(hierarchy="node", local_size=2)``); ``auto@DENSITY`` lets
@@ -61,7 +64,7 @@ TORCH = ("dense", "bf16", "powersgd")
 def default_methods(densities: list[float], sgd: bool) -> list[str]:
     """dense, bf16, PowerSGD, then every sparse hook at every density, and
     Ok-Topk with momentum correction (SGD) or Adam in the hook (AdamW)."""
-    extra = [f"oktopk+{'mc' if sgd else 'adam'}@{d:g}" for d in densities]
+    extra = [f"oktopk+{'mc' if sgd else 'adam+norm'}@{d:g}" for d in densities]
     return [*TORCH, *(f"{a}@{d:g}" for d in densities for a in SPARSE), *extra]
 
 
@@ -70,7 +73,8 @@ class Method:
     """A method name parsed: ``dense``, ``bf16``, ``powersgd`` or
     ``ALGO[+FLAG...]@DENSITY`` with flags ``mc`` (momentum correction in the
     hook, plain SGD in the optimizer), ``adam`` (Adam in the hook, SGD in
-    the optimizer), ``noclip`` (no gradient clipping; also on dense, bf16
+    the optimizer), ``norm`` (with ``adam``: rank entries by their pending
+    Adam step), ``noclip`` (no gradient clipping; also on dense, bf16
     and powersgd), ``exact`` (exact thresholds every step: tau_prime = 1),
     ``wN`` (N dense warm-up steps instead of the run's default) and
     ``dwN`` (density warm-up: from 0.25 down to DENSITY over the first N
@@ -115,10 +119,11 @@ def parse_method(m: str) -> Method:
             out.density_warmup = int(f[2:])
         else:
             algo = ""
-    if algo not in (*SPARSE, "auto", "adtopk") or out.density is None:
+    if algo not in (*SPARSE, "auto", "adtopk") or out.density is None or \
+            (out.norm and not out.adam):
         raise argparse.ArgumentTypeError(
             f"method {m!r}: one of {TORCH}[+noclip] or "
-            f"ALGO[+mc|+adam][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
+            f"ALGO[+mc|+adam[+norm]][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
             f"ALGO in {SPARSE}, auto or adtopk")
     return out
 
@@ -179,7 +184,7 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
         momentum=recipe_momentum if spec.mc else 0.0, nesterov=nesterov and spec.mc,
         precondition="adam" if spec.adam else None,
         max_grad_norm=clip if spec.adam else 0.0,
-        adam_select="normalized" if spec.norm else "gradient",
+        adam_select="normalized" if spec.norm else "gradient",  # +adam: as first run
         hierarchy="node" if spec.node else "flat", local_size=2 if spec.node else None)
     if spec.algo == "auto":
         ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)

@@ -116,7 +116,7 @@ class SparseState:
             reduced output) and checkpointed with the state.
         adam_select: with ``precondition="adam"``, what a sparse call ranks
             entries by. ``"gradient"``: the residual's raw size, as without
-            Adam. ``"normalized"``: its size divided by Adam's denominator
+            Adam. ``"normalized"`` (the default): its size divided by Adam's denominator
             ``sqrt(v_hat) + eps`` (the same on every rank), i.e. the Adam
             step the entry has pending. Adam moves every entry by about
             ``lr`` whatever its gradient's scale, so ranking by raw size
@@ -127,7 +127,9 @@ class SparseState:
             denominator (rescaled, one pass over the bucket, when the
             denominator changes), sums are taken in those units and turned
             back into gradient units before Adam's update, so nothing is
-            lost; ``state_dict`` holds the residual in gradient units.
+            lost; ``state_dict`` holds the residual as kept and, as
+            ``residual_scale``, what it is to be multiplied by (``None``:
+            gradient units).
         betas: Adam's (beta1, beta2) for ``precondition="adam"``.
         eps: Adam's epsilon for ``precondition="adam"``.
         hierarchy: ``"flat"`` (the default) reduces over the whole group;
@@ -182,7 +184,7 @@ class SparseState:
                  wire_dtype: torch.dtype | None = None, nonfinite: str = "raise",
                  precondition: str | None = None,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 max_grad_norm: float = 0.0, adam_select: str = "gradient",
+                 max_grad_norm: float = 0.0, adam_select: str = "normalized",
                  hierarchy: str = "flat",
                  local_size: int | None = None,
                  auto_algos: Sequence[str] = _auto.CANDIDATES,
@@ -560,15 +562,10 @@ class SparseState:
         upd[hit] = mh.div_(denom).mul_(a / (1.0 - b1 ** t))
         return upd.to(out.dtype)
 
-    def _plain_residual(self, index: int, bucket: Any) -> torch.Tensor:
-        """The residual in gradient units (as checkpoints hold it)."""
-        r, s = bucket.residual(), self._scale.tensors.get(index)
-        return r if s is None else r.mul_(s.to(r.device))
-
     def _restore_buffers(self, index: int, saved: dict[str, Any],
                          device: torch.device | None) -> None:
-        self._scale.tensors.pop(index, None)  # the restored residual is in gradient units
         layout = saved.get("layout")
+        self._scale.restore(index, saved.get("residual_scale"), layout, device)
         self._velocity.restore(index, saved.get("velocity"), layout, device)
         self._second.restore(index, saved.get("second_moment"), layout, device)
         self._age.restore(index, saved.get("adam_age"), layout, device)
@@ -606,7 +603,8 @@ class SparseState:
         for i, b in self._buckets.items():
             scalars, bounds = b.get_state()
             layout = self._layouts.get(i)
-            buckets[i] = {"numel": b.numel, "residual": self._plain_residual(i, b),
+            buckets[i] = {"numel": b.numel, "residual": b.residual(),
+                          "residual_scale": self._scale.saved(i),
                           "bounds": list(bounds), **scalars,
                           "velocity": self._velocity.saved(i),
                           "second_moment": self._second.saved(i),

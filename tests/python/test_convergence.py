@@ -18,7 +18,7 @@ SCRIPT = "convergence.py"
 CASES = {
     "digits": ("digits", 260, ("oktopk@0.01",), 1.5),
     "lstm": ("lstm", 120, ("oktopk+mc@0.01",), 0.25),
-    "gpt": ("gpt", 120, ("oktopk+adam@0.01",), 0.3),
+    "gpt": ("gpt", 120, ("oktopk+adam+norm@0.01",), 0.3),
     "digits-more": ("digits", 260, ("oktopk+node@0.01", "auto@0.01", "adtopk@0.01"), 1.5),
 }
 NPROC, TIMEOUT = 4, 110

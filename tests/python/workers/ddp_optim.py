@@ -178,8 +178,10 @@ def adam_dense_matches_adamw(clip: float) -> Callable[[], str]:
 
 
 def _plain_residual(state: object) -> object:
-    """Bucket 0's residual in gradient units, as a checkpoint holds it."""
-    return state.state_dict()["buckets"][0]["residual"]  # type: ignore[attr-defined]
+    """Bucket 0's residual in gradient units, from its checkpoint."""
+    saved = state.state_dict()["buckets"][0]  # type: ignore[attr-defined]
+    scale = saved["residual_scale"]
+    return saved["residual"] if scale is None else saved["residual"] * scale
 
 
 def adam_sparse_calls(algo: str, clip: float = 0.0,
@@ -193,7 +195,8 @@ def adam_sparse_calls(algo: str, clip: float = 0.0,
     ``a`` calls gets a * Adam's step with moments decayed by beta ** a and
     fed out / a and out ** 2 / a. With ``select="normalized"`` the
     residuals are read in gradient units from ``state_dict`` (the bucket
-    holds them divided by Adam's denominator) and the same oracle holds."""
+    holds them divided by Adam's denominator, saved as ``residual_scale``)
+    and the same oracle holds."""
     def fn() -> str:
         torch, dist = C.torch, C.dist
         P, n, (b1, b2), eps = C.world_size, 4000, ADAM_BETAS, ADAM_EPS
@@ -308,7 +311,7 @@ def adam_state_dict() -> str:
     a = C.pg_sparse.hooks._run(fresh, _Bucket(g.clone()), "topka").wait()
     b = C.pg_sparse.hooks._run(state, _Bucket(g.clone()), "topka").wait()
     assert fresh.betas == (0.8, 0.99) and torch.equal(a, b), "update differs after load"
-    for name in ("_velocity", "_second", "_age"):
+    for name in ("_velocity", "_second", "_age", "_scale"):
         assert torch.equal(getattr(fresh, name).tensors[0], getattr(state, name).tensors[0]), name
     SS = C.pg_sparse.SparseState
     for kwargs, needle in (({"precondition": "lamb"}, "precondition"),
