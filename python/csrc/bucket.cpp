@@ -203,6 +203,26 @@ void SparseBucket::set_dense(bool dense) {
         "choosing dense or sparse");
 }
 
+void SparseBucket::scale_residual(const at::Tensor& factor) {
+  TORCH_CHECK_VALUE(factor.numel() == numel_, "pg_sparse: factor has ",
+                    factor.numel(), " elements, bucket has ", numel_);
+  at::Tensor f = factor.to(at::kFloat).contiguous().cpu();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->cuda) {
+    check(pgs_bucket_scale_residual(state_->bucket, f.data_ptr<float>()),
+          "scaling the residual");
+    return;
+  }
+  // A device residual goes through host memory: the core's CUDA table has
+  // no mul yet, and the bucket's stream is not torch's.
+  at::Tensor r = at::empty({numel_}, at::kFloat);
+  check(pgs_bucket_get_residual(state_->bucket, r.data_ptr<float>()),
+        "reading the residual");
+  r.mul_(f);
+  check(pgs_bucket_set_residual(state_->bucket, r.data_ptr<float>()),
+        "scaling the residual");
+}
+
 void SparseBucket::set_residual(const at::Tensor& r) {
   TORCH_CHECK_VALUE(r.numel() == numel_, "pg_sparse: residual has ", r.numel(),
                     " elements, bucket has ", numel_);

@@ -48,6 +48,8 @@ class SparseBucket {
   void set_dense(
       bool dense);  // every call dense (residual flushed) until false
   void set_residual(const at::Tensor& r);
+  // residual[i] *= factor[i], in place (see pgs_bucket_scale_residual).
+  void scale_residual(const at::Tensor& factor);
   // step, thresholds and (oktopk) region bounds; bounds empty when unset.
   std::map<std::string, double> get_state(std::vector<int64_t>* bounds) const;
   void set_state(const std::map<std::string, double>& st,

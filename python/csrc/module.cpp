@@ -122,6 +122,8 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("set_residual", &SparseBucket::set_residual,
            py::call_guard<py::gil_scoped_release>())
+      .def("scale_residual", &SparseBucket::scale_residual, py::arg("factor"),
+           py::call_guard<py::gil_scoped_release>())
       .def("set_density", &SparseBucket::set_density, py::arg("density"),
            py::call_guard<py::gil_scoped_release>())
       .def("set_dense", &SparseBucket::set_dense, py::arg("dense"),

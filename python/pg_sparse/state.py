@@ -245,6 +245,7 @@ class SparseState:
         self._age = ParamBuffers()  # calls since an entry was last applied
         # adam_select="normalized": the denominator the residual is divided by.
         self._scale = ParamBuffers()
+        self._scale_spare: dict[int, torch.Tensor] = {}
         if adam_select not in ("gradient", "normalized"):
             raise ValueError(f"pg_sparse: adam_select must be 'gradient' or 'normalized', "
                              f"got {adam_select!r}")
@@ -485,7 +486,11 @@ class SparseState:
         b2, layout = self.betas[1], self._layouts.get(index)
         v = self._second.get(index, x.float(), layout)
         bc = 1.0 - b2 ** (t - 1) if t > 1 else 1.0
-        s = (v / bc).sqrt_().add_(self.eps)
+        spare = self._scale_spare.pop(index, None)
+        if spare is None or spare.shape != v.shape or spare.device != v.device:
+            spare = torch.empty_like(v)
+        # Into a kept buffer: fresh bucket-sized tensors cost page faults.
+        s = torch.div(v, bc, out=spare).sqrt_().add_(self.eps)
         self._rescale_residual(index, bucket, s)
         return x.float().div_(s).to(x.dtype)
 
@@ -498,11 +503,11 @@ class SparseState:
             prev = None  # a rebuilt bucket: its residual was restored in plain units
         if prev is None and s is None:
             return
-        r = bucket.residual()
-        if r.any():
-            f = (prev if prev is not None else 1.0) / (s if s is not None else 1.0)
-            bucket.set_residual(r.to(f.device if isinstance(f, torch.Tensor) else r.device)
-                                .mul_(f))
+        if prev is None:
+            bucket.scale_residual(torch.reciprocal(s))
+        else:  # prev becomes the factor, then the next call's buffer
+            bucket.scale_residual(prev.div_(s) if s is not None else prev)
+            self._scale_spare[index] = prev
         if s is None:
             self._scale.tensors.pop(index, None)
         else:
@@ -550,15 +555,17 @@ class SparseState:
         if scale is not None:
             g.mul_(scale)  # back to gradient units
         age.add_(1.0)
-        hit = g != 0
-        a = age[hit]
-        mean = g[hit] / a
+        # The carried entries by index: O(k) work after one scan of g,
+        # where boolean masks would scan n per use.
+        hit = torch.nonzero(g).squeeze(1)
+        gh, a = g[hit], age[hit]
+        mean = gh / a
         d1, d2 = torch.pow(b1, a), torch.pow(b2, a)
         mh = m[hit].mul_(d1).add_(mean * (1.0 - d1))
-        vh = v[hit].mul_(d2).add_(mean * g[hit] * (1.0 - d2))  # out ** 2 / a
+        vh = v[hit].mul_(d2).add_(mean * gh * (1.0 - d2))  # out ** 2 / a
         m[hit], v[hit], age[hit] = mh, vh, 0.0
         denom = (vh.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(self.eps)
-        upd = torch.zeros_like(g)
+        upd = g.zero_()  # g is out itself or its fp32 copy: no longer needed
         upd[hit] = mh.div_(denom).mul_(a / (1.0 - b1 ** t))
         return upd.to(out.dtype)
 

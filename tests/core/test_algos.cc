@@ -876,6 +876,31 @@ TEST_P(TransportTest, RestoredBucketResumesIdentically) {
   }
 }
 
+// pgs_bucket_scale_residual multiplies each entry in place (the oracle: the
+// residual read out and multiplied here), leaves a zero residual zero, and
+// refuses a missing factor.
+TEST_P(TransportTest, ScaleResidualMultipliesEachEntry) {
+  const size_t n = 3000;
+  pgs_config_t cfg = make_config(PGS_ALGO_OKTOPK, 0.02, 0, 4, 3);
+  Runner a(GetParam(), cfg, n);
+  ASSERT_TRUE(all_ranks(a.ok()));
+  std::vector<float> f = normal_data(n, 7, world_rank(), 99), r(n), got(n);
+  ASSERT_EQ(pgs_bucket_scale_residual(a.bucket(), f.data()), PGS_OK);
+  ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), got.data()), PGS_OK);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+  for (int64_t step = 0; step < 3; ++step)
+    ASSERT_TRUE(a.step_all(normal_data(n, 17, world_rank(), step)));
+  ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), r.data()), PGS_OK);
+  size_t nonzero = 0;
+  for (float v : r) nonzero += v != 0.0f;
+  ASSERT_GT(nonzero, n / 2);
+  ASSERT_EQ(pgs_bucket_scale_residual(a.bucket(), f.data()), PGS_OK);
+  ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), got.data()), PGS_OK);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], r[i] * f[i]) << i;
+  EXPECT_EQ(pgs_bucket_scale_residual(a.bucket(), nullptr), PGS_ERR_INVALID);
+  EXPECT_EQ(pgs_bucket_scale_residual(nullptr, f.data()), PGS_ERR_INVALID);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, TransportTest,
                          testing::Values(Transport::kMpi, Transport::kExt),
                          [](const testing::TestParamInfo<Transport> &i) {

@@ -98,6 +98,15 @@ TEST(OpsCpuElementwise, ScaleMultipliesEveryEntry) {
   EXPECT_EQ(ops()->scale(ops(), nullptr, 3, 2.0f), PGS_ERR_INVALID);
 }
 
+TEST(OpsCpuElementwise, MulMultipliesEntryByEntry) {
+  std::vector<float> x = normal(1001, 4), f = normal(1001, 5), want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = x[i] * f[i];
+  ASSERT_EQ(ops()->mul(ops(), x.data(), f.data(), x.size()), PGS_OK);
+  EXPECT_TRUE(same_bits(x, want));
+  EXPECT_EQ(ops()->mul(ops(), x.data(), nullptr, 3), PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->mul(ops(), nullptr, nullptr, 0), PGS_OK);
+}
+
 TEST(OpsCpuElementwise, CountNonfiniteSeesNanAndInf) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -217,6 +217,13 @@ int pgs_bucket_set_state(pgs_bucket_t *bucket, const pgs_bucket_state_t *in,
 /** Copy the residual (n fp32) to host memory / from host memory. */
 int pgs_bucket_get_residual(const pgs_bucket_t *bucket, float *host_out);
 int pgs_bucket_set_residual(pgs_bucket_t *bucket, const float *host_in);
+/** Multiply the residual entry by entry by @p factor (n fp32 in the bucket's
+ *  memory: device memory for a device bucket), in place: a hook that sends
+ *  its gradient in changing per-entry units (Adam's normalized ranking)
+ *  keeps the residual in the units of the next call without copying it out.
+ *  A residual known to be zero is left alone. PGS_ERR_UNSUPPORTED when the
+ *  ops table has no mul. */
+int pgs_bucket_scale_residual(pgs_bucket_t *bucket, const float *factor);
 
 #ifdef __cplusplus
 }

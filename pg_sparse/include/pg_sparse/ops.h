@@ -175,6 +175,8 @@ struct pgs_ops {
   /** x[j] = wire[j] widened to fp32 (exact); x may not overlap wire. */
   int (*from_wire)(const pgs_ops_t *ops, const void *wire, size_t m,
                    pgs_dtype_t dtype, float *x);
+  /** x[i] *= f[i] (a per-entry change of the residual's units). */
+  int (*mul)(const pgs_ops_t *ops, float *x, const float *f, size_t n);
 };
 
 /** The host-memory implementation (no state; safe to share). */

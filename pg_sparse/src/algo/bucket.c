@@ -184,6 +184,13 @@ int pgs_bucket_get_residual(const pgs_bucket_t *b, float *host_out) {
                       PGS_COPY_TO_HOST);
 }
 
+int pgs_bucket_scale_residual(pgs_bucket_t *b, const float *factor) {
+  if (b == NULL || factor == NULL) return PGS_ERR_INVALID;
+  if (b->ops->mul == NULL) return PGS_ERR_UNSUPPORTED;
+  if (b->resid_zero) return PGS_OK;
+  return b->ops->mul(b->ops, b->resid, factor, b->n);
+}
+
 int pgs_bucket_set_residual(pgs_bucket_t *b, const float *host_in) {
   if (b == NULL || host_in == NULL) return PGS_ERR_INVALID;
   b->resid_zero = 0;

@@ -86,6 +86,13 @@ static int cpu_scale(const pgs_ops_t *ops, float *x, size_t n, float s) {
   return PGS_OK;
 }
 
+static int cpu_mul(const pgs_ops_t *ops, float *x, const float *f, size_t n) {
+  (void)ops;
+  if ((x == NULL || f == NULL) && n > 0) return PGS_ERR_INVALID;
+  for (size_t i = 0; i < n; ++i) x[i] *= f[i];
+  return PGS_OK;
+}
+
 static int cpu_count_nonfinite(const pgs_ops_t *ops, const float *x, size_t n,
                                int64_t *count) {
   (void)ops;
@@ -254,6 +261,7 @@ static const pgs_ops_t cpu_ops = {
     .sync = cpu_sync,
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,
+    .mul = cpu_mul,
     .count_nonfinite = cpu_count_nonfinite,
     .mean_std = cpu_mean_std,
     .count_regions = pgs_cpu_count_regions,
