@@ -23,7 +23,7 @@ CHECKS = ["broadcast"] + [
     f"ddp_hook_density1_{a}" for a in
     ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")] + [
     f"ddp_hook_density1_{a}_node" for a in ("dense", "oktopk", "gtopk")] + [
-    "oktopk_density001_trains"]
+    "oktopk_density001_trains", "adam_gradient_matches_cpu", "adam_normalized_matches_cpu"]
 
 
 # CUDA tensors take NCCL under either launcher; under mpirun,
