@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import pg_sparse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,31 +87,73 @@ def test_missing_mpi_transport_is_a_clear_error(tmp_path):
     assert "launch with torchrun, which uses gloo" in bad.stderr, bad.stderr
 
 
-def test_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(wheel, venv python, venv): a wheel of the tree installed into a
+    fresh venv that sees torch but installs pg_sparse from the wheel only."""
+    tmp = tmp_path_factory.mktemp("wheel")
     # The objects of the editable build are reused (PGS_PY_BUILD_DIR), so
     # this relinks rather than recompiles.
-    wheels = tmp_path / "wheels"
+    wheels = tmp / "wheels"
     build = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
                  "--no-deps", str(ROOT), "-w", str(wheels)],
                 env={"PGS_PY_BUILD_DIR": str(ROOT / "build" / "python")}, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("pg_sparse-*.whl")
-    listing = run([sys.executable, "-m", "zipfile", "-l", str(wheel)]).stdout
-    for name in ("pg_sparse/__init__.py", "pg_sparse/libpgsparse.so",
-                 "pg_sparse/libpgsparse_mpi.so", "pg_sparse/data/ompi_coll_rules.conf"):
-        assert name in listing, listing
-    assert "pg_sparse/_C." in listing
-    # A fresh environment that sees torch (and the rest of this Python's
-    # packages) but installs pg_sparse itself from the wheel only.
-    venv = tmp_path / "venv"
+    venv = tmp / "venv"
     made = run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
     assert made.returncode == 0, made.stderr
     py = venv / "bin" / "python"
     inst = run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)])
     assert inst.returncode == 0, inst.stderr
+    return wheel, py, venv
+
+
+def test_wheel_installs_and_runs_in_a_fresh_environment(installed_wheel, tmp_path):
+    wheel, py, venv = installed_wheel
+    listing = run([sys.executable, "-m", "zipfile", "-l", str(wheel)]).stdout
+    for name in ("pg_sparse/__init__.py", "pg_sparse/libpgsparse.so",
+                 "pg_sparse/libpgsparse_mpi.so", "pg_sparse/data/ompi_coll_rules.conf"):
+        assert name in listing, listing
+    assert "pg_sparse/_C." in listing
     for cwd in (tmp_path, ROOT):
         out = run([str(py), "-c", textwrap.dedent(ONE_RANK)], cwd=cwd)
         assert out.returncode == 0, out.stderr
         assert f"file {venv}/lib/" in out.stdout and "sum 8.0 k 8" in out.stdout, out.stdout
     params = run([str(py), "-m", "pg_sparse", "params"])
     assert params.returncode == 0 and "PG_SPARSE_TRANSPORT" in params.stdout, params.stderr
+
+
+# Makes every Open MPI (and PMIx) library on the loader's path unloadable in a
+# private mount namespace (an empty file bound over each): this machine as a
+# machine without Open MPI installed, for the commands after it.
+HIDE_OPEN_MPI = """
+set -e
+empty=$(mktemp)
+for f in $(ldconfig -p | grep -E 'libmpi|libopen-(pal|rte)|libpmix' |
+           awk '{print $NF}' | xargs -n1 readlink -f | sort -u); do
+  mount --bind "$empty" "$f"
+done
+python3 -c 'import ctypes; ctypes.CDLL("libmpi.so.40")' 2>/dev/null && exit 7
+echo "open mpi hidden"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare for a private mount namespace")
+def test_wheel_runs_where_open_mpi_cannot_be_loaded(installed_wheel, tmp_path):
+    """The installed wheel on a machine where no Open MPI library can load:
+    gloo runs the backend and a sparse bucket, and asking for the MPI
+    transport fails with the message that says what to do."""
+    _, py, venv = installed_wheel
+    script = tmp_path / "one_rank.py"
+    script.write_text(textwrap.dedent(ONE_RANK))
+    cmd = (HIDE_OPEN_MPI + f"\n{py} {script}\n"
+           f"PG_SPARSE_TRANSPORT=mpi {py} {script} && exit 8 || echo 'mpi refused'\n")
+    out = run(["unshare", "--mount", "--propagation", "private", "bash", "-c", cmd],
+              cwd=tmp_path)
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    assert "open mpi hidden" in out.stdout, out.stdout
+    assert f"file {venv}/lib/" in out.stdout and "sum 8.0 k 8" in out.stdout, out.stdout
+    assert "libmpi loaded False" in out.stdout and "mpi refused" in out.stdout, out.stdout
+    assert "the Open MPI transport could not be loaded" in out.stderr, out.stderr[-3000:]
