@@ -168,6 +168,54 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+struct MinF64 {
+  __device__ double operator()(double a, double b) const { return fmin(a, b); }
+};
+
+// One pass of abs_stats: per block, over a = |x| > thr, the count, sum of a,
+// of a^2, of ln a and the smallest a, into partials[5 * block + j]. A fixed
+// grid and block shape, so the sums are deterministic.
+__global__ void __launch_bounds__(kThreads)
+    abs_stats_kernel(const float *__restrict__ x, size_t n, float thr,
+                     double *partials) {
+  __shared__ typename BlockReduceF64::TempStorage tmp;
+  double v[5] = {0.0, 0.0, 0.0, 0.0, INFINITY};
+  for_each_float<kUnroll>(x, n, [&](size_t, float f) {
+    const double a = fabs(static_cast<double>(f));
+    if (a > static_cast<double>(thr)) {
+      v[0] += 1.0;
+      v[1] += a;
+      v[2] += a * a;
+      v[3] += log(a);
+      v[4] = fmin(v[4], a);
+    }
+  });
+  for (int j = 0; j < 4; ++j) {
+    const double t = BlockReduceF64(tmp).Sum(v[j]);
+    if (threadIdx.x == 0) partials[5 * blockIdx.x + j] = t;
+    __syncthreads();
+  }
+  const double lo = BlockReduceF64(tmp).Reduce(v[4], MinF64{});
+  if (threadIdx.x == 0) partials[5 * blockIdx.x + 4] = lo;
+}
+
+// The partials summed in a fixed order (and the minimum) into out[0..4].
+__global__ void __launch_bounds__(kThreads)
+    abs_stats_final_kernel(const double *partials, unsigned count,
+                           double *out) {
+  __shared__ typename BlockReduceF64::TempStorage tmp;
+  for (int j = 0; j < 5; ++j) {
+    double s = j == 4 ? INFINITY : 0.0;
+    for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
+      s = j == 4 ? fmin(s, partials[5 * i + j]) : s + partials[5 * i + j];
+    const double t = j == 4 ? BlockReduceF64(tmp).Reduce(s, MinF64{})
+                            : BlockReduceF64(tmp).Sum(s);
+    if (threadIdx.x == 0) out[j] = t;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && out[0] == 0.0) out[4] = 0.0;
+}
+
 }  // namespace
 
 // ---- entry points ---------------------------------------------------------
@@ -227,6 +275,28 @@ int count_nonfinite(const pgs_ops_t *ops, const float *x, size_t n,
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, dcount, sizeof *dcount, &host));
   *count = static_cast<int64_t>(*static_cast<unsigned long long *>(host));
+  return PGS_OK;
+}
+
+int abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
+              double out[5]) {
+  if (out == nullptr || (x == nullptr && n > 0)) return PGS_ERR_INVALID;
+  if (n == 0) {
+    for (int j = 0; j < 5; ++j) out[j] = 0.0;
+    return PGS_OK;
+  }
+  PGS_ENTER(ops, c);
+  const unsigned grid = grid_for(c, abs_stats_kernel, n / 4 + 1, kUnroll);
+  // small: [0..4] the result, then 5 partials per block.
+  PGS_RETURN_IF(ensure_device(&c->small, (8 + 5 * grid) * sizeof(double)));
+  auto *dout = static_cast<double *>(c->small.ptr);
+  abs_stats_kernel<<<grid, kThreads, 0, c->stream>>>(x, n, thr, dout + 8);
+  PGS_LAUNCHED();
+  abs_stats_final_kernel<<<1, kThreads, 0, c->stream>>>(dout + 8, grid, dout);
+  PGS_LAUNCHED();
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, dout, 5 * sizeof(double), &host));
+  for (int j = 0; j < 5; ++j) out[j] = static_cast<const double *>(host)[j];
   return PGS_OK;
 }
 

@@ -257,6 +257,8 @@ int accumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n,
 int scale(const pgs_ops_t *ops, float *x, size_t n, float s);
 int count_nonfinite(const pgs_ops_t *ops, const float *x, size_t n,
                     int64_t *count);
+int abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
+              double out[5]);
 int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
              double *std);
 

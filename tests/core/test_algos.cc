@@ -717,11 +717,17 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
     bool first_guess_lands;
   };
   const Case cases[] = {
-      {PGS_EST_GAUSSIAN, 0, true},    {PGS_EST_DEFAULT, 0, true},
-      {PGS_EST_SIDCO_EXP, 1, true},   {PGS_EST_DGC_SAMPLE, 0, true},
-      {PGS_EST_DGC_SAMPLE, 1, true},  {PGS_EST_EXACT, 2, true},
-      {PGS_EST_GAUSSIAN, 2, false},   {PGS_EST_SIDCO_EXP, 2, false},
-      {PGS_EST_DGC_SAMPLE, 2, false}, {PGS_EST_SIDCO_EXP, 0, false}};
+      {PGS_EST_GAUSSIAN, 0, true},          {PGS_EST_DEFAULT, 0, true},
+      {PGS_EST_SIDCO_EXP, 1, true},         {PGS_EST_DGC_SAMPLE, 0, true},
+      {PGS_EST_DGC_SAMPLE, 1, true},        {PGS_EST_EXACT, 2, true},
+      {PGS_EST_GAUSSIAN, 2, false},         {PGS_EST_SIDCO_EXP, 2, false},
+      {PGS_EST_DGC_SAMPLE, 2, false},       {PGS_EST_SIDCO_EXP, 0, false},
+      {PGS_EST_SIDCO_GP, 1, true},          {PGS_EST_SIDCO_GAMMA, 1, true},
+      {PGS_EST_SIDCO_EXP_MS, 1, true},      {PGS_EST_SIDCO_GP_MS, 1, true},
+      {PGS_EST_SIDCO_GAMMA_GP_MS, 1, true}, {PGS_EST_SIDCO_GP, 0, false},
+      {PGS_EST_SIDCO_GP, 2, false},         {PGS_EST_SIDCO_GAMMA, 2, false},
+      {PGS_EST_SIDCO_EXP_MS, 2, false},     {PGS_EST_SIDCO_GP_MS, 2, false},
+      {PGS_EST_SIDCO_GAMMA_GP_MS, 2, false}};
   for (pgs_algo_id_t algo : {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA})
     for (const Case &c : cases) {
       const bool guesses =
@@ -751,6 +757,38 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
         }
       }
     }
+}
+
+// SIDCo's stage adaptation on heavy tails (Student t, 2 degrees of
+// freedom), where one exponential fit of the bulk over-selects: the
+// multi-stage estimator starts at 2 stages, adds stages while its first
+// guesses pick too many, and ends with first guesses in [k/2, 2k] (no
+// correction) more often than the one-stage fit, which never adapts.
+TEST_P(TransportTest, SidcoStagesAdaptOnHeavyTails) {
+  const size_t n = 100000;
+  const int64_t k = target_k(0.01, n);
+  int landed[2] = {0, 0}, most_stages = 0;
+  const pgs_estimator_t ests[2] = {PGS_EST_SIDCO_EXP, PGS_EST_SIDCO_EXP_MS};
+  for (int e = 0; e < 2; ++e) {
+    pgs_config_t cfg = make_config(PGS_ALGO_GAUSSIANK, 0.01, 0);
+    cfg.estimator = ests[e];
+    Runner run(GetParam(), cfg, n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 30; ++step) {
+      ASSERT_TRUE(run.step_all(heavy_data(n, 500 + step, world_rank())));
+      EXPECT_GE(run.stats.local_selected, (k + 1) / 2);
+      EXPECT_LE(run.stats.local_selected, 2 * k);
+      EXPECT_EQ(conservation_failures(run, n), 0);
+      if (step >= 15) landed[e] += run.stats.estimate_corrections == 0;
+      if (e == 1)
+        most_stages = std::max(most_stages, run.stats.estimate_stages);
+      if (e == 0) {
+        EXPECT_EQ(run.stats.estimate_stages, 1);
+      }
+    }
+  }
+  EXPECT_GT(most_stages, 2) << "the stage count never grew";
+  EXPECT_GT(landed[1], landed[0]) << landed[0] << " vs " << landed[1];
 }
 
 // Ok-Topk on exact-threshold steps: the output support is the global top-k

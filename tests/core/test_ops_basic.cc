@@ -107,6 +107,34 @@ TEST(OpsCpuElementwise, MulMultipliesEntryByEntry) {
   EXPECT_EQ(ops()->mul(ops(), nullptr, nullptr, 0), PGS_OK);
 }
 
+TEST(OpsCpuElementwise, AbsStatsOfTheTailAboveThr) {
+  std::vector<float> x = normal(5001, 6);
+  x[7] = std::numeric_limits<float>::quiet_NaN();  // never counted
+  for (float thr : {0.0f, 1.0f, 2.5f, 100.0f}) {
+    double c = 0, s = 0, s2 = 0, sl = 0, lo = 0;
+    for (float v : x) {
+      const double a = std::fabs(static_cast<double>(v));
+      if (!(a > thr)) continue;
+      lo = c == 0 ? a : std::min(lo, a);
+      c += 1;
+      s += a;
+      s2 += a * a;
+      sl += std::log(a);
+    }
+    double out[5];
+    ASSERT_EQ(ops()->abs_stats(ops(), x.data(), x.size(), thr, out), PGS_OK);
+    EXPECT_EQ(out[0], c) << thr;
+    EXPECT_NEAR(out[1], s, 1e-9 * (1 + s)) << thr;
+    EXPECT_NEAR(out[2], s2, 1e-9 * (1 + s2)) << thr;
+    EXPECT_NEAR(out[3], sl, 1e-9 * (1 + std::fabs(sl))) << thr;
+    EXPECT_EQ(out[4], lo) << thr;
+  }
+  double out[5];
+  EXPECT_EQ(ops()->abs_stats(ops(), nullptr, 3, 0.0f, out), PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->abs_stats(ops(), x.data(), 3, 0.0f, nullptr),
+            PGS_ERR_INVALID);
+}
+
 TEST(OpsCpuElementwise, CountNonfiniteSeesNanAndInf) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -125,9 +125,11 @@ std::vector<float> grad_for(size_t n, int64_t step, uint64_t seed) {
 }
 
 void run_both(pgs_algo_id_t algo, size_t n, double density, int64_t warmup,
-              int steps, uint64_t seed, pgs_dtype_t wire = PGS_FLOAT32) {
+              int steps, uint64_t seed, pgs_dtype_t wire = PGS_FLOAT32,
+              pgs_estimator_t est = PGS_EST_DEFAULT) {
   pgs_config_t cfg = PGS_CONFIG_INIT;
   cfg.wire_dtype = wire;
+  cfg.estimator = est;
   cfg.algo = algo;
   cfg.density = density;
   cfg.warmup_steps = warmup;
@@ -145,8 +147,9 @@ void run_both(pgs_algo_id_t algo, size_t n, double density, int64_t warmup,
     const int st_d = pgs_bucket_allreduce(dev.get(), gd.get(),
                                           in_place ? gd.get() : out_d.get());
     const std::string where =
-        std::string(pgs_algo_name(algo)) + " n=" + std::to_string(n) +
-        " d=" + std::to_string(density) + " step=" + std::to_string(step);
+        std::string(pgs_algo_name(algo)) + "/" + pgs_estimator_name(est) +
+        " n=" + std::to_string(n) + " d=" + std::to_string(density) +
+        " step=" + std::to_string(step);
     ASSERT_EQ(st_d, st_h) << where;
     EXPECT_TRUE(same(in_place ? gd.host() : out_d.host(), out_h)) << where;
     EXPECT_TRUE(same(dev.residual(), host.residual())) << where;
@@ -162,6 +165,8 @@ void run_both(pgs_algo_id_t algo, size_t n, double density, int64_t warmup,
     EXPECT_EQ(sd.capped, sh.capped) << where;
     EXPECT_EQ(sd.trimmed, sh.trimmed) << where;
     EXPECT_EQ(sd.candidates, sh.candidates) << where;
+    EXPECT_EQ(sd.estimate_corrections, sh.estimate_corrections) << where;
+    EXPECT_EQ(sd.estimate_stages, sh.estimate_stages) << where;
     EXPECT_EQ(sd.transport_calls, sh.transport_calls) << where;
     for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
       EXPECT_EQ(sd.words_sent[p], sh.words_sent[p]) << where;
@@ -183,6 +188,18 @@ TEST_P(CudaAlgo, MatchesHostOpsOnANarrowWire) {
     for (size_t n : {size_t{1000}, size_t{65537}})
       for (double density : {0.01, 1.0})
         run_both(GetParam(), n, density, 1, 6, n + 5, wire);
+}
+
+// Every threshold estimator on the device against the host: the fits run on
+// the host from the ops' sums (mean_std, abs_stats), which agree to double
+// rounding, so guesses, corrections, stages and outputs agree exactly.
+class CudaAlgoEstimators : public CudaTest {};
+
+TEST_F(CudaAlgoEstimators, MatchHostOps) {
+  for (pgs_algo_id_t algo : {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA})
+    for (int e = 0; e < PGS_EST_COUNT; ++e)
+      run_both(algo, 65537, 0.01, 1, 12, 7 + e, PGS_FLOAT32,
+               static_cast<pgs_estimator_t>(e));
 }
 
 TEST_P(CudaAlgo, MatchesHostOpsOnALargeBucket) {

@@ -16,7 +16,8 @@ TEST_F(CudaBasic, TableIsCompleteForDeviceMemory) {
   EXPECT_EQ(o->mem, PGS_MEM_DEVICE);
   EXPECT_NE(o->ctx, nullptr);
   EXPECT_TRUE(o->alloc && o->free && o->copy && o->fill_zero && o->sync);
-  EXPECT_TRUE(o->accumulate && o->scale && o->count_nonfinite && o->mean_std);
+  EXPECT_TRUE(o->accumulate && o->scale && o->count_nonfinite && o->mean_std &&
+              o->abs_stats);
   EXPECT_TRUE(o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
               o->select_pairs);
   EXPECT_TRUE(o->gather && o->zero_at && o->scatter_add && o->zero_common &&
@@ -238,6 +239,30 @@ TEST_F(CudaBasic, MeanStdMatchesCpu) {
   EXPECT_EQ(m, -2.5);
   EXPECT_EQ(s, 0.0);
   EXPECT_EQ(gpu()->mean_std(gpu(), c.get(), 17, nullptr, &s), PGS_ERR_INVALID);
+}
+
+TEST_F(CudaBasic, AbsStatsMatchesCpu) {
+  for (size_t n : sizes()) {
+    std::vector<float> x = normal(n, 70 + n);
+    for (float thr : {0.0f, 1.5f, 1e9f}) {
+      for (size_t off : {size_t{0}, size_t{3}}) {
+        Dev<float> d(n + off);
+        d.put(x, off);
+        double g[5], c[5];
+        ASSERT_EQ(gpu()->abs_stats(gpu(), d.get() + off, n, thr, g), PGS_OK);
+        ASSERT_EQ(cpu()->abs_stats(cpu(), x.data(), n, thr, c), PGS_OK);
+        EXPECT_EQ(g[0], c[0]) << "n=" << n << " thr=" << thr;
+        for (int j = 1; j < 4; ++j)
+          EXPECT_NEAR(g[j], c[j], 1e-9 * (1 + std::fabs(c[j])))
+              << "n=" << n << " thr=" << thr << " j=" << j;
+        EXPECT_EQ(g[4], c[4]) << "n=" << n << " thr=" << thr;
+      }
+    }
+  }
+  double out[5] = {-1, -1, -1, -1, -1};
+  EXPECT_EQ(gpu()->abs_stats(gpu(), nullptr, 0, 0.0f, out), PGS_OK);
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(gpu()->abs_stats(gpu(), nullptr, 3, 0.0f, out), PGS_ERR_INVALID);
 }
 
 }  // namespace

@@ -52,17 +52,29 @@ int pgs_algo_from_name(const char *name, pgs_algo_id_t *out);
  *  [k/2, 2k] picks. X(id, name, doc), defined once for the shim and Python.
  *  Used by gaussiank's and topkdsa's local selection (the others select
  *  exactly; topkdsa's default is exact). */
-#define PGS_ESTIMATOR_MAP(X)                                                 \
-  X(PGS_EST_DEFAULT, "default", "the algorithm's own (gaussiank: gaussian)") \
-  X(PGS_EST_EXACT, "exact", "exact k-th |x| (radix select), no guess")       \
-  X(PGS_EST_GAUSSIAN, "gaussian",                                            \
-    "mu + z sigma, z the two-sided normal quantile of the density")          \
-  X(PGS_EST_SIDCO_EXP, "sidco_exp",                                          \
-    "SIDCo's exponential fit of |x| (Laplace x, scale sigma / sqrt 2): "     \
-    "scale * ln(1 / density)")                                               \
-  X(PGS_EST_DGC_SAMPLE, "dgc_sample",                                        \
-    "DGC: the exact k-th |x| of a fixed random sample of 1% of the entries " \
-    "(at least 1024), scaled to the bucket")
+#define PGS_ESTIMATOR_MAP(X)                                                  \
+  X(PGS_EST_DEFAULT, "default", "the algorithm's own (gaussiank: gaussian)")  \
+  X(PGS_EST_EXACT, "exact", "exact k-th |x| (radix select), no guess")        \
+  X(PGS_EST_GAUSSIAN, "gaussian",                                             \
+    "mu + z sigma, z the two-sided normal quantile of the density")           \
+  X(PGS_EST_SIDCO_EXP, "sidco_exp",                                           \
+    "SIDCo's exponential fit of |x| (Laplace x, scale sigma / sqrt 2): "      \
+    "scale * ln(1 / density)")                                                \
+  X(PGS_EST_DGC_SAMPLE, "dgc_sample",                                         \
+    "DGC: the exact k-th |x| of a fixed random sample of 1% of the entries "  \
+    "(at least 1024), scaled to the bucket")                                  \
+  X(PGS_EST_SIDCO_GP, "sidco_gp",                                             \
+    "SIDCo-P: generalized Pareto fit of |x| (method of moments), one stage")  \
+  X(PGS_EST_SIDCO_GAMMA, "sidco_gamma",                                       \
+    "SIDCo-GP's first stage: gamma fit of |x|, one stage")                    \
+  X(PGS_EST_SIDCO_EXP_MS, "sidco_exp_ms",                                     \
+    "SIDCo-E multi-stage: exponential fits of |x|, then of its exceedances "  \
+    "over each stage's threshold; stage count adapted every 5 calls")         \
+  X(PGS_EST_SIDCO_GP_MS, "sidco_gp_ms",                                       \
+    "SIDCo-P multi-stage: generalized Pareto fits, stages adapted")           \
+  X(PGS_EST_SIDCO_GAMMA_GP_MS, "sidco_gamma_gp_ms",                           \
+    "SIDCo-GP multi-stage: a gamma fit, then generalized Pareto fits of the " \
+    "exceedances, stages adapted")
 
 typedef enum pgs_estimator {
 #define PGS_EST_ENUM_(id, name, doc) id,
@@ -142,6 +154,8 @@ typedef enum pgs_phase {
   X(int, estimate_corrections,                                              \
     "gaussiank, topkdsa: corrections of the estimator's guess this call "   \
     "(0: it gave [k/2, 2k] picks; 4 then exact: it missed)")                \
+  X(int, estimate_stages,                                                   \
+    "SIDCo multi-stage estimators: stages of this call's fit")              \
   X(int, candidates,                                                        \
     "oktopk: the local selection came from the fused pass's candidate "     \
     "list, no extra pass")                                                  \

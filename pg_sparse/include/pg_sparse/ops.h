@@ -177,6 +177,11 @@ struct pgs_ops {
                    pgs_dtype_t dtype, float *x);
   /** x[i] *= f[i] (a per-entry change of the residual's units). */
   int (*mul)(const pgs_ops_t *ops, float *x, const float *f, size_t n);
+  /** Statistics of a = |x[i]| over the entries with a > thr (SIDCo's fits
+   *  of a tail): out[0] their count, out[1] the sum of a, out[2] the sum of
+   *  a^2, out[3] the sum of ln a, out[4] the smallest a (0 when none). */
+  int (*abs_stats)(const pgs_ops_t *ops, const float *x, size_t n, float thr,
+                   double out[5]);
 };
 
 /** The host-memory implementation (no state; safe to share). */

@@ -68,6 +68,13 @@ struct pgs_bucket {
    * ops memory, made on first use) and its values. */
   pgs_buf_t est_idx, est_val;
   size_t est_m;
+  /* SIDCo multi-stage: the current stage count (0: not chosen yet) and the
+   * first guesses' picks / k summed over the calls since the last change. */
+  int est_stages;
+  int est_calls;
+  double est_ratio_sum;
+  int est_dir;          /* the last move of the stage count: +1, -1, 0 none */
+  double est_last_err;  /* |ln(picks / k)| of the window before that move */
   int64_t *host_counts; /* 4 * size int64 */
   size_t *host_bytes;   /* 2 * size size_t: allgatherv sizes and displs */
 };
@@ -203,6 +210,12 @@ double pgs_normal_two_sided_quantile(double p);
  *  (PGS_EST_DEFAULT and PGS_EST_GAUSSIAN: mu + z sigma); never for
  *  PGS_EST_EXACT (PGS_ERR_INVALID): the caller selects exactly (estimate.c). */
 int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr);
+/* SIDCo's fits (sidco.c): the threshold guess of the sidco_gp, sidco_gamma
+ * and multi-stage estimators, and the stage count's adaptation to the picks
+ * a guess gave. */
+int pgs_sidco_threshold(pgs_bucket_t *b, const float *x, float *thr);
+int pgs_sidco_multistage(pgs_estimator_t e);
+void pgs_sidco_adapt(pgs_bucket_t *b, int64_t picks);
 
 /** A threshold of x whose count of |x| >= thr (x != 0) lies in [k/2, 2k]:
  *  the estimator's guess, corrected up to four times by a factor 1.5, else

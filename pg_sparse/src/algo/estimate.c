@@ -86,6 +86,11 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   const double d = (double)b->k / (double)b->n;
   switch (b->cfg.estimator) {
     case PGS_EST_DGC_SAMPLE: return sample_threshold(b, x, thr);
+    case PGS_EST_SIDCO_GP:
+    case PGS_EST_SIDCO_GAMMA:
+    case PGS_EST_SIDCO_EXP_MS:
+    case PGS_EST_SIDCO_GP_MS:
+    case PGS_EST_SIDCO_GAMMA_GP_MS: return pgs_sidco_threshold(b, x, thr);
     case PGS_EST_DEFAULT:
     case PGS_EST_GAUSSIAN:
     case PGS_EST_SIDCO_EXP: {
@@ -93,6 +98,7 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
       int st = b->ops->mean_std(b->ops, x, b->n, &mean, &sd);
       if (st != PGS_OK) return st;
       /* Laplace x with scale s has sd = s sqrt 2 and P(|x| > t) = e^(-t/s). */
+      b->stats.estimate_stages = b->cfg.estimator == PGS_EST_SIDCO_EXP;
       *thr = b->cfg.estimator == PGS_EST_SIDCO_EXP
                  ? (float)(sd / sqrt(2.0) * log(1.0 / d))
                  : (float)(fabs(mean) + pgs_normal_two_sided_quantile(d) * sd);
@@ -129,6 +135,7 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
     st = count_at(b, x, thr, gt, eq);
     if (st != PGS_OK) return st;
     const int64_t count = *gt + *eq;
+    if (i == 0) pgs_sidco_adapt(b, count);
     if (count >= lo && count <= hi && thr > 0.0f) {
       *thr_out = thr;
       b->stats.estimate_corrections = i;

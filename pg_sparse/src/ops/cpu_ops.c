@@ -93,6 +93,28 @@ static int cpu_mul(const pgs_ops_t *ops, float *x, const float *f, size_t n) {
   return PGS_OK;
 }
 
+static int cpu_abs_stats(const pgs_ops_t *ops, const float *x, size_t n,
+                         float thr, double out[5]) {
+  (void)ops;
+  if (out == NULL || (x == NULL && n > 0)) return PGS_ERR_INVALID;
+  double c = 0.0, s = 0.0, s2 = 0.0, sl = 0.0, lo = INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = fabs((double)x[i]);
+    if (!(a > (double)thr)) continue;
+    c += 1.0;
+    s += a;
+    s2 += a * a;
+    sl += log(a);
+    if (a < lo) lo = a;
+  }
+  out[0] = c;
+  out[1] = s;
+  out[2] = s2;
+  out[3] = sl;
+  out[4] = c > 0.0 ? lo : 0.0;
+  return PGS_OK;
+}
+
 static int cpu_count_nonfinite(const pgs_ops_t *ops, const float *x, size_t n,
                                int64_t *count) {
   (void)ops;
@@ -262,6 +284,7 @@ static const pgs_ops_t cpu_ops = {
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,
     .mul = cpu_mul,
+    .abs_stats = cpu_abs_stats,
     .count_nonfinite = cpu_count_nonfinite,
     .mean_std = cpu_mean_std,
     .count_regions = pgs_cpu_count_regions,
