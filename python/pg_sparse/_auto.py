@@ -40,6 +40,10 @@ CANDIDATES = ("oktopk", "topka", "gtopk", "gaussiank", "topkdsa")
 INTERVAL = 100  # calls of a bucket between two decisions, by default
 _PROBE_VALUES = 1 << 20  # 4 MB: bandwidth-bound on any link slower than memory
 _HYSTERESIS = 0.9  # switch only for a predicted gain above 10%
+# With a density range: the densest choice predicted within this factor of
+# the fastest, and the grid of densities tried (geometric, both ends in).
+_DENSITY_SLACK = 1.1
+_DENSITY_POINTS = 5
 
 
 def _log2(p: int) -> float:
@@ -146,6 +150,7 @@ class BucketChoice:
 
     algo: str  # the native bucket's sparse algorithm
     dense: bool  # the current choice
+    density: float  # the native bucket's density (chosen from auto_density)
     predicted: dict[str, float]  # model seconds per call, "dense" and each candidate
     scale: dict[str, float] = field(default_factory=dict)  # measured / model, per method
     calls: int = 0
@@ -165,9 +170,11 @@ class AutoChooser:
     """The per-bucket choices of one ``SparseState(algo="auto")``."""
 
     def __init__(self, candidates: tuple[str, ...], interval: int,
-                 link: tuple[float, float] | None) -> None:
+                 link: tuple[float, float] | None,
+                 density_range: tuple[float, float] | None = None) -> None:
         self.candidates = candidates
         self.interval = interval
+        self.density_range = density_range
         self.link = None if link is None else Link(float(link[0]), float(link[1]))
         self.select_s: float | None = None
         self.buckets: dict[int, BucketChoice] = {}
@@ -179,21 +186,41 @@ class AutoChooser:
         if saved is not None:
             self.buckets[index] = BucketChoice(
                 algo=str(saved["algo"]), dense=bool(saved["dense"]),
+                density=float(saved.get("density", density)),
                 predicted=dict(saved["predicted"]), scale=dict(saved["scale"]),
                 calls=int(saved["calls"]))
             return self.buckets[index].algo
         n = grad.numel()
-        k = max(1, round(density * n))
         if self.link is None:
             self.link = measure_link(group, grad.device)
         if self.select_s is None:
-            self.select_s = measure_select(grad, k, group)
+            self.select_s = measure_select(grad, max(1, round(density * n)), group)
         p = dist.get_world_size(group)
+        d = self._density_for(n, p, density)
+        k = max(1, round(d * n))
         pred = {m: predict(m, p, n, k, self.link, self.select_s)
                 for m in ("dense", *self.candidates)}
         algo = min(self.candidates, key=lambda m: pred[m])
-        self.buckets[index] = BucketChoice(algo, pred["dense"] <= pred[algo], pred)
+        self.buckets[index] = BucketChoice(algo, pred["dense"] <= pred[algo], d, pred)
         return algo
+
+    def _density_for(self, n: int, p: int, density: float) -> float:
+        """The bucket's density: ``density``, or with a range the densest
+        point of the range whose fastest sparse method is predicted within
+        10% of the fastest sparse choice at any point (more entries per step
+        converge better; the link decides how many it affords)."""
+        if self.density_range is None:
+            return density
+        lo, hi = self.density_range
+        grid = [lo * (hi / lo) ** (i / (_DENSITY_POINTS - 1)) for i in range(_DENSITY_POINTS)]
+        best = {d: min(predict(m, p, n, max(1, round(d * n)), self.link, self.select_s)
+                       for m in self.candidates) for d in grid}
+        fastest = min(best.values())
+        return max(d for d, t in best.items() if t <= _DENSITY_SLACK * fastest)
+
+    def density_of(self, index: int) -> float:
+        """The density chosen for bucket ``index``."""
+        return self.buckets[index].density
 
     def before_call(self, index: int, native: Any, group: Any) -> None:
         """Apply the choice to the native bucket; every ``interval`` calls
@@ -227,7 +254,8 @@ class AutoChooser:
         c = self.buckets.get(index)
         if c is None:
             return {}
-        out = {"auto_dense": float(c.dense), "auto_predicted_s": c.expected(c.method()),
+        out = {"auto_dense": float(c.dense), "auto_density": c.density,
+               "auto_predicted_s": c.expected(c.method()),
                "auto_measured_s": c.measured_s, "auto_error": c.error}
         out.update({f"auto_model_{m}_s": v for m, v in c.predicted.items()})
         return out
@@ -237,18 +265,32 @@ class AutoChooser:
         c = self.buckets.get(index)
         if c is None:
             return None
-        return {"algo": c.algo, "dense": c.dense, "predicted": dict(c.predicted),
+        return {"algo": c.algo, "dense": c.dense, "density": c.density,
+                "predicted": dict(c.predicted),
                 "scale": dict(c.scale), "calls": c.calls}
 
 
 def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
                 interval: int = INTERVAL, link: tuple[float, float] | None = None,
-                hierarchy: str = "flat", precondition: str | None = None
-                ) -> AutoChooser | None:
+                hierarchy: str = "flat", precondition: str | None = None,
+                density_range: Sequence[float] | None = None,
+                density_schedule: bool = False) -> AutoChooser | None:
     """The chooser of ``SparseState(algo="auto")`` (None for another algo),
     its settings checked."""
+    if density_range is not None and algo != "auto":
+        raise ValueError("pg_sparse: auto_density needs algo='auto'")
     if algo != "auto":
         return None
+    if density_range is not None:
+        ok = len(density_range) == 2 and all(
+            isinstance(v, (int, float)) and 0.0 < v <= 1.0 for v in density_range)
+        if not ok or not density_range[0] < density_range[1]:
+            raise ValueError(f"pg_sparse: auto_density must be (low, high) with "
+                             f"0 < low < high <= 1, got {density_range!r}")
+        if density_schedule:
+            raise ValueError("pg_sparse: auto_density chooses each bucket's density; "
+                             "leave density_warmup_steps at 0")
+        density_range = (float(density_range[0]), float(density_range[1]))
     bad = [a for a in candidates if a not in CANDIDATES]
     if not candidates or bad:
         raise ValueError(f"pg_sparse: auto_algos must be some of {CANDIDATES}, "
@@ -261,4 +303,5 @@ def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
                          f"both > 0, got {link!r}")
     if hierarchy != "flat" or precondition:
         raise ValueError("pg_sparse: algo='auto' runs flat, without precondition")
-    return AutoChooser(tuple(candidates), interval, link)
+    return AutoChooser(tuple(candidates), interval, link,
+                       None if density_range is None else tuple(density_range))

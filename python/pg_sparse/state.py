@@ -53,11 +53,22 @@ class SparseState:
         auto_interval: calls of a bucket between two of its decisions.
         auto_link: ``(alpha, beta)``: seconds per message round and bytes per
             second per rank, instead of measuring them.
+        auto_density: ``(low, high)``: with ``algo="auto"``, each bucket's
+            density is chosen in this range when the bucket is created: the
+            densest of 5 geometric points whose fastest sparse algorithm is
+            predicted within 10% of the fastest sparse choice at any point
+            (more entries per step converge better; a slow link affords
+            fewer). ``density`` is then only the measuring point of the
+            selection cost; ``stats()`` reports ``auto_density``.
         estimator: the first guess of the local threshold of GaussianK and
             TopkDSA, one of ``pg_sparse.estimators()``: ``"gaussian"``
-            (GaussianK's default; TopkDSA's is exact), ``"sidco_exp"`` (SIDCo's
-            exponential fit), ``"dgc_sample"`` (DGC: select on a fixed 1%
-            sample) or ``"exact"`` (radix select, no guess). The guess is
+            (GaussianK's default; TopkDSA's is exact), SIDCo's fits of |x|
+            (``"sidco_exp"`` exponential, ``"sidco_gp"`` generalized Pareto,
+            ``"sidco_gamma"`` gamma; ``"sidco_exp_ms"``, ``"sidco_gp_ms"``
+            and ``"sidco_gamma_gp_ms"`` fit the exceedances again in stages,
+            their count adapted every 5 calls, ``stats()["estimate_stages"]``),
+            ``"dgc_sample"`` (DGC: select on a fixed 1% sample) or
+            ``"exact"`` (radix select, no guess). The guess is
             corrected toward [k/2, 2k] picks, then made exact, so it changes
             time, not volume; ``stats()["estimate_corrections"]`` shows how
             often it missed.
@@ -190,12 +201,14 @@ class SparseState:
                  auto_algos: Sequence[str] = _auto.CANDIDATES,
                  auto_interval: int = _auto.INTERVAL,
                  auto_link: tuple[float, float] | None = None,
+                 auto_density: tuple[float, float] | None = None,
                  estimator: str | None = None) -> None:
         if algo is not None and algo not in (*ALGORITHMS, "auto"):
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {(*ALGORITHMS, 'auto')}")
         self._auto = _auto.chooser_for(algo, auto_algos, auto_interval, auto_link,
-                                       hierarchy, precondition)
+                                       hierarchy, precondition, auto_density,
+                                       bool(density_warmup_steps))
         if estimator is not None and estimator not in ESTIMATORS:
             raise ValueError(f"pg_sparse: unknown estimator {estimator!r}; choose one of "
                              f"{tuple(ESTIMATORS)}")
@@ -371,6 +384,8 @@ class SparseState:
                                          None if saved is None else saved.get("auto"))
             b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
                                 self._config(tensor, warmup, algo))
+            if self._auto is not None and self._auto.density_of(index) != self.density:
+                b.set_density(self._auto.density_of(index))  # from auto_density
             self._warmup_of[index] = warmup
             self._applied_density.pop(index, None)
             self._scale.tensors.pop(index, None)  # a new residual is in gradient units

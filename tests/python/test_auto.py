@@ -38,15 +38,41 @@ def test_model_matches_the_formulas():
     ({"auto_link": (0.0, 1e9)}, "auto_link"),
     ({"hierarchy": "node"}, "runs flat"),
     ({"precondition": "adam"}, "runs flat"),
+    ({"auto_density": (0.1, 0.01)}, "auto_density"),
+    ({"auto_density": (0.0, 0.1)}, "auto_density"),
+    ({"auto_density": (0.01,)}, "auto_density"),
+    ({"auto_density": (0.01, 0.1), "density_warmup_steps": 5}, "auto_density"),
 ])
 def test_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         pg_sparse.SparseState(algo="auto", **kwargs)
 
 
+def test_density_range_needs_auto():
+    with pytest.raises(ValueError, match="auto_density needs algo='auto'"):
+        pg_sparse.SparseState(algo="oktopk", auto_density=(0.01, 0.1))
+
+
+def test_density_range_picks_the_densest_affordable_point():
+    """The chooser's rule on its own: the densest grid point whose fastest
+    sparse method is predicted within 10% of the fastest anywhere."""
+    ch = _auto.AutoChooser(_auto.CANDIDATES, 100, (50e-6, 125e6), (0.001, 0.1))
+    ch.select_s = 1e-9
+    p, n = 4, 10_000_000
+    d = ch._density_for(n, p, 0.01)
+    grid = [0.001 * 100 ** (i / 4) for i in range(5)]
+    t = {g: min(_auto.predict(m, p, n, max(1, round(g * n)), ch.link, 1e-9)
+                for m in _auto.CANDIDATES) for g in grid}
+    assert d == max(g for g in grid if t[g] <= 1.1 * min(t.values()))
+    assert d < 0.1  # at 1 Gbit/s the densest point costs far more
+    ch.select_s = 1.0  # selection dominates: every point is as fast
+    assert ch._density_for(n, p, 0.01) == pytest.approx(0.1)
+
+
 def test_choices_in_a_real_job(tmp_path):
     text = run_torchrun(WORKER, 2, tmp_path)  # 2 ranks on 2 cores
     for rank in range(2):
-        for line in ("fast link dense", "slow link sparse", "switched to dense",
+        for line in ("fast link dense", "slow link sparse", "density range chose",
+                     "switched to dense",
                      "measured alpha"):
             assert f"rank {rank}: {line}" in text, text[-3000:]

@@ -117,6 +117,22 @@ def main() -> None:
     assert cands[algo] == min(cands.values()) and s["auto_model_dense_s"] > cands[algo], s
     print(f"rank {rank}: slow link sparse ({algo})", flush=True)
 
+    # A density range: on a slow link the bytes dominate and the sparsest
+    # point is the only one within 10% of the fastest; on a link where only
+    # the selection cost counts every point is, and the densest is chosen
+    # (there dense wins the choice itself). Conservation is checked per call.
+    for link, want, dense in (((1e-9, 1e3), 0.01, 0), ((1e-12, 1e13), 0.2, 1)):
+        st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=link,
+                                   auto_density=(0.01, 0.2))
+        _, calls = run(st, oracle, 4)
+        s = st.stats()[0]
+        assert abs(s["auto_density"] - want) <= 1e-9 * want and s["auto_dense"] == dense, s
+        if not dense:
+            assert calls[-1][0] == 0 and abs(s["k"] - round(want * s["n"])) <= 1, s
+        same_on_every_rank([s["auto_density"], s["auto_dense"]])
+    print(f"rank {rank}: density range chose 0.01 on a slow link, 0.2 on a fast one",
+          flush=True)
+
     # The model says sparse (no selection cost, no latency), the measured
     # sparse calls say otherwise: after auto_interval calls the bucket
     # switches to dense, and that call sends the residual along.
