@@ -19,7 +19,7 @@ ALGORITHMS: tuple[str, ...] = tuple(_C._algorithms())
 # The threshold estimators (PGS_ESTIMATOR_MAP), name -> what it does.
 ESTIMATORS: dict[str, str] = dict(_C._estimators())
 # The algorithms whose selection starts from an estimate (the rest are exact).
-_ESTIMATED = ("gaussiank", "topkdsa")
+_ESTIMATED = ("oktopk", "gaussiank", "topkdsa")
 _CONFIG_KEYS = ("algo", "density", "warmup_steps", "tau", "tau_prime",
                 "check_finite", "momentum", "nesterov", "density_warmup_steps",
                 "density_warmup_start", "wire_dtype", "nonfinite", "precondition", "betas",
@@ -60,9 +60,11 @@ class SparseState:
             (more entries per step converge better; a slow link affords
             fewer). ``density`` is then only the measuring point of the
             selection cost; ``stats()`` reports ``auto_density``.
-        estimator: the first guess of the local threshold of GaussianK and
-            TopkDSA, one of ``pg_sparse.estimators()``: ``"gaussian"``
-            (GaussianK's default; TopkDSA's is exact), SIDCo's fits of |x|
+        estimator: the first guess of the local threshold of Ok-Topk,
+            GaussianK and TopkDSA, one of ``pg_sparse.estimators()``:
+            ``"gaussian"`` (GaussianK's default; TopkDSA's is exact, Ok-Topk's
+            its own exact selection from the fused pass's candidate list),
+            SIDCo's fits of |x|
             (``"sidco_exp"`` exponential, ``"sidco_gp"`` generalized Pareto,
             ``"sidco_gamma"`` gamma; ``"sidco_exp_ms"``, ``"sidco_gp_ms"``
             and ``"sidco_gamma_gp_ms"`` fit the exceedances again in stages,

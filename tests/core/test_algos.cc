@@ -728,11 +728,12 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
       {PGS_EST_SIDCO_GP, 2, false},         {PGS_EST_SIDCO_GAMMA, 2, false},
       {PGS_EST_SIDCO_EXP_MS, 2, false},     {PGS_EST_SIDCO_GP_MS, 2, false},
       {PGS_EST_SIDCO_GAMMA_GP_MS, 2, false}};
-  for (pgs_algo_id_t algo : {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA})
+  for (pgs_algo_id_t algo :
+       {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA, PGS_ALGO_OKTOPK})
     for (const Case &c : cases) {
       const bool guesses =
           c.est != PGS_EST_EXACT &&
-          !(algo == PGS_ALGO_TOPKDSA && c.est == PGS_EST_DEFAULT);
+          !(algo != PGS_ALGO_GAUSSIANK && c.est == PGS_EST_DEFAULT);
       pgs_config_t cfg = make_config(algo, 0.01, 0);
       cfg.estimator = c.est;
       Runner run(GetParam(), cfg, n);

@@ -196,7 +196,8 @@ TEST_P(CudaAlgo, MatchesHostOpsOnANarrowWire) {
 class CudaAlgoEstimators : public CudaTest {};
 
 TEST_F(CudaAlgoEstimators, MatchHostOps) {
-  for (pgs_algo_id_t algo : {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA})
+  for (pgs_algo_id_t algo :
+       {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA, PGS_ALGO_OKTOPK})
     for (int e = 0; e < PGS_EST_COUNT; ++e)
       run_both(algo, 65537, 0.01, 1, 12, 7 + e, PGS_FLOAT32,
                static_cast<pgs_estimator_t>(e));

@@ -30,7 +30,7 @@ def test_names_and_docs():
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"estimator": "nope"}, "unknown estimator 'nope'"),
-    ({"estimator": "gaussian", "algo": "oktopk"}, "estimator applies to"),
+    ({"estimator": "gaussian", "algo": "topka"}, "estimator applies to"),
     ({"estimator": "exact", "algo": "topka"}, "estimator applies to"),
     ({"estimator": "dgc_sample", "algo": "gtopk"}, "estimator applies to"),
 ])
@@ -64,7 +64,7 @@ g_gpt = grads(gpt, lambda m: m(input_ids=ids, labels=ids).loss)
 heavy = torch.distributions.StudentT(1.5).sample((300000,))
 out = {}
 for data_name, g in (("resnet", g_resnet), ("gpt2", g_gpt), ("student_t", heavy)):
-    for algo in ("gaussiank", "topkdsa"):
+    for algo in ("oktopk", "gaussiank", "topkdsa"):
         for est in pg_sparse.estimators():
             st = pg_sparse.SparseState(algo=algo, density=0.01, warmup_steps=0,
                                        estimator=est)
@@ -95,10 +95,11 @@ def test_achieved_density_on_real_gradients():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     res = json.loads(line[len("RESULT "):])
-    assert len(res) == 3 * 2 * len(NAMES)
+    assert len(res) == 3 * 3 * len(NAMES)
     # The exact estimator never guesses (nor TopkDSA's default); the others'
     # guesses are reported.
-    for key in ("resnet/gaussiank/exact", "gpt2/topkdsa/exact", "student_t/topkdsa/default"):
+    for key in ("resnet/gaussiank/exact", "gpt2/topkdsa/exact", "student_t/topkdsa/default",
+                "gpt2/oktopk/default", "student_t/oktopk/exact"):
         assert all(c == 0 for c in res[key]["corrections"]), (key, res[key])
     print(json.dumps(res))
 

@@ -141,6 +141,13 @@ static int repartition(pgs_bucket_t *b, oktopk_state_t *s, const cands_t *c,
   return PGS_OK;
 }
 
+/* Whether an estimator guesses the local threshold (SparseState(estimator=
+ * ...)); Ok-Topk's own selection (the default) is exact from its list. */
+static int guessing(const pgs_bucket_t *b) {
+  return b->cfg.estimator != PGS_EST_DEFAULT &&
+         b->cfg.estimator != PGS_EST_EXACT;
+}
+
 /* The local threshold, exact on every call: the k-th largest |acc| and the
  * ties to take in index order (*quota). From the list when it holds at
  * least k entries (then the k-th largest lies at or above the list's
@@ -153,6 +160,14 @@ static int local_threshold(pgs_bucket_t *b, cands_t *c, float *thr,
                            int64_t *quota) {
   int64_t n_gt = 0;
   int st;
+  if (guessing(b)) {
+    /* An estimator's guess, corrected toward [k/2, 2k] picks (then exact):
+     * every entry at the threshold is taken. */
+    int64_t n_eq = 0;
+    c->ok = 0;
+    *quota = -1;
+    return pgs_banded_threshold(b, b->resid, thr, &n_gt, &n_eq);
+  }
   if (c->ok && c->m >= b->k) {
     st =
         b->ops->kth_abs(b->ops, c->val, (size_t)c->m, (size_t)b->k, thr, &n_gt);
@@ -185,8 +200,9 @@ static int accumulate_candidates(pgs_bucket_t *b, oktopk_state_t *s,
   int64_t cap = CAND_CAP * b->k;
   if (cap > (int64_t)b->n) cap = (int64_t)b->n;
   /* Before the first threshold there is nothing to list against. */
-  const float cthr =
-      s->thr_local > 0.0f ? s->thr_local * s->cand_slack : INFINITY;
+  const float cthr = s->thr_local > 0.0f && !guessing(b)
+                         ? s->thr_local * s->cand_slack
+                         : INFINITY;
   int st = pgs_buf_reserve(b->ops, &s->cand, (size_t)cap * 8);
   if (st != PGS_OK) return st;
   c->idx = s->cand.ptr;
