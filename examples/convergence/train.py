@@ -74,7 +74,8 @@ class Method:
     ``ALGO[+FLAG...]@DENSITY`` with flags ``mc`` (momentum correction in the
     hook, plain SGD in the optimizer), ``adam`` (Adam in the hook, SGD in
     the optimizer), ``norm`` (with ``adam``: rank entries by their pending
-    Adam step), ``noclip`` (no gradient clipping; also on dense, bf16
+    Adam step), ``est=NAME`` (the threshold estimator, one of
+    ``pg_sparse.estimators()``), ``noclip`` (no gradient clipping; also on dense, bf16
     and powersgd), ``exact`` (exact thresholds every step: tau_prime = 1),
     ``wN`` (N dense warm-up steps instead of the run's default) and
     ``dwN`` (density warm-up: from 0.25 down to DENSITY over the first N
@@ -86,6 +87,7 @@ class Method:
     mc: bool = False
     adam: bool = False
     norm: bool = False
+    estimator: str | None = None
     noclip: bool = False
     exact: bool = False
     warmup: int | None = None
@@ -109,6 +111,8 @@ def parse_method(m: str) -> Method:
             out.adam = True
         elif f == "norm":
             out.norm = True
+        elif f.startswith("est="):
+            out.estimator = f[4:]
         elif f == "exact":
             out.exact = True
         elif f == "node":
@@ -123,7 +127,7 @@ def parse_method(m: str) -> Method:
             (out.norm and not out.adam):
         raise argparse.ArgumentTypeError(
             f"method {m!r}: one of {TORCH}[+noclip] or "
-            f"ALGO[+mc|+adam[+norm]][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
+            f"ALGO[+mc|+adam[+norm]][+est=NAME][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
             f"ALGO in {SPARSE}, auto or adtopk")
     return out
 
@@ -185,6 +189,7 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
         precondition="adam" if spec.adam else None,
         max_grad_norm=clip if spec.adam else 0.0,
         adam_select="normalized" if spec.norm else "gradient",  # +adam: as first run
+        estimator=spec.estimator,
         hierarchy="node" if spec.node else "flat", local_size=2 if spec.node else None)
     if spec.algo == "auto":
         ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)

@@ -1,7 +1,8 @@
 """Real clients of a process group on "sparse", each against the same client
 on gloo in the same job: FSDP2 training and ``full_tensor()``, FSDP1, and
 ``torch.distributed.checkpoint`` save/load of a DDP and an FSDP2 model on
-the default group.
+the default group. With ``PGS_CLIENTS_DEVICE=cuda`` (one GPU per rank) the
+models and batches live on the GPU and the oracle group is NCCL.
 
 Run by torchrun or mpirun: ``clients.py --out DIR``.
 """
@@ -24,7 +25,9 @@ class Ctx:
 
     torch = dist = None
     rank = world_size = 0
-    gloo = None
+    oracle = None  # gloo, or NCCL on CUDA
+    oracle_name = "gloo"
+    device = None
     tmp = ""
 
 
@@ -36,9 +39,10 @@ def model_and_data(seed: int = 0):
     torch = C.torch
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                torch.nn.Linear(32, 4))
+                                torch.nn.Linear(32, 4)).to(C.device)
     g = torch.Generator().manual_seed(100 + C.rank)
-    return model, torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+    x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+    return model, x.to(C.device), y.to(C.device)
 
 
 def train(model, x, y, steps: int = 3) -> None:
@@ -56,7 +60,8 @@ def close(a, b, what: str) -> None:
 
 def mesh_of(group):
     from torch.distributed.device_mesh import DeviceMesh
-    return DeviceMesh.from_group(group if group is not None else C.dist.group.WORLD, "cpu")
+    return DeviceMesh.from_group(group if group is not None else C.dist.group.WORLD,
+                                 C.device.type)
 
 
 def fsdp2_params(group) -> list:
@@ -72,10 +77,11 @@ def fsdp2_params(group) -> list:
 
 
 def fsdp2() -> str:
-    mine, oracle = fsdp2_params(None), fsdp2_params(C.gloo)
+    mine, oracle = fsdp2_params(None), fsdp2_params(C.oracle)
     for i, (a, b) in enumerate(zip(mine, oracle)):
         close(a, b, f"FSDP2 parameter {i}")
-    return f"{len(mine)} parameters after 3 steps match FSDP2 on gloo (full_tensor)"
+    return (f"{len(mine)} parameters after 3 steps match FSDP2 on "
+            f"{C.oracle_name} (full_tensor)")
 
 
 def fsdp1() -> str:
@@ -84,14 +90,14 @@ def fsdp1() -> str:
     def run(group):
         model, x, y = model_and_data()
         wrapped = FSDP(model, process_group=group if group is not None else C.dist.group.WORLD,
-                       use_orig_params=True, device_id=C.torch.device("cpu"))
+                       use_orig_params=True, device_id=C.device)
         train(wrapped, x, y)
         with FSDP.summon_full_params(wrapped):
             return [p.detach().clone() for p in wrapped.parameters()]
-    mine, oracle = run(None), run(C.gloo)
+    mine, oracle = run(None), run(C.oracle)
     for i, (a, b) in enumerate(zip(mine, oracle)):
         close(a, b, f"FSDP1 parameter {i}")
-    return f"{len(mine)} parameters after 3 steps match FSDP1 on gloo"
+    return f"{len(mine)} parameters after 3 steps match FSDP1 on {C.oracle_name}"
 
 
 def dcp_roundtrip(make: Callable, name: str) -> str:
@@ -123,7 +129,7 @@ def dcp_ddp() -> str:
 
     def make(train_it: bool):
         model, x, y = model_and_data(seed=0 if train_it else 1)
-        ddp = DDP(model)
+        ddp = DDP(model, device_ids=[C.device.index] if C.device.type == "cuda" else None)
         if train_it:
             train(ddp, x, y)
         return ddp
@@ -159,7 +165,13 @@ def main() -> None:
     dist.init_process_group("sparse", timeout=timedelta(seconds=60))
     C.torch, C.dist = torch, dist
     C.rank, C.world_size = dist.get_rank(), dist.get_world_size()
-    C.gloo = dist.new_group(backend="gloo")
+    if os.environ.get("PGS_CLIENTS_DEVICE", "cpu") == "cuda":
+        C.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", C.rank)))
+        torch.cuda.set_device(C.device)
+        C.oracle_name = "nccl"
+    else:
+        C.device, C.oracle_name = torch.device("cpu"), "gloo"
+    C.oracle = dist.new_group(backend=C.oracle_name)
     # One checkpoint folder for the job (DCP writes one file per rank).
     folder = [tempfile.mkdtemp(prefix="pgs_dcp_") if C.rank == 0 else None]
     dist.broadcast_object_list(folder, src=0)
