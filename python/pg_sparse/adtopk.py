@@ -12,9 +12,13 @@ residuals)``. Calls alternate between the all-dimension selection (row maxima
 plus the global top-k) and the global top-k alone every ``interleave`` calls,
 as ADTopk interleaves the two to bound the extra volume.
 
-The selection and the exchange run with torch ops on the bucket's device
-(CPU or CUDA) over the process group's ``all_gather_into_tensor``; the call
-blocks until its exchange is done (no overlap with backward yet).
+The selection runs with the core's kernels (the exact k-th ``|r|`` and the
+compaction) and torch ops on the bucket's device (CPU or CUDA); the
+exchange is one asynchronous ``all_gather_into_tensor`` of a fixed-size
+block per rank (k + rows pairs: int32 indices and fp32 values bit-cast to
+int32, padded with index n), so no count travels first and the call
+returns a future that DDP overlaps with the rest of backward. Per bucket
+the send, receive, |r| and sum buffers are kept between calls.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class _Bucket:
     segments: list[tuple[int, int, int]]  # (offset, rows, entries per row)
     nrows: int
     residual: torch.Tensor  # fp32, the bucket's size
+    scratch: dict[str, torch.Tensor] = field(default_factory=dict)  # kept buffers
     calls: int = 0  # sparse calls made
     last: dict[str, Any] = field(default_factory=dict)  # the last call's picks
 
@@ -118,25 +123,28 @@ def row_ids(segs: list[tuple[int, int, int]], n: int) -> torch.Tensor:
 
 
 def select(r: torch.Tensor, segs: list[tuple[int, int, int]], k: int,
-           all_dims: bool) -> torch.Tensor:
+           all_dims: bool, absbuf: torch.Tensor | None = None) -> torch.Tensor:
     """Indices (int64, ascending) of the picks of residual ``r`` (fp32): the
-    global top-k of ``|r|`` (nonzero entries; every entry tied with the k-th
-    too), with ``all_dims`` also each row's largest ``|r|`` (ties: the lowest
-    index)."""
-    a = r.abs()
-    kk = min(k, a.numel())
-    if kk > 0:  # the core's radix select: the k-th |r|, O(n)
-        thr, _ = _C._ops_kth_abs(r, kk)
-        picked = a >= thr
+    global top-k of ``|r|`` (nonzero entries; ties of the k-th in index
+    order, so exactly min(k, nonzero) of them), with ``all_dims`` also each
+    row's largest ``|r|`` (ties: the lowest index). ``absbuf``: a kept
+    buffer for ``|r|``."""
+    kk = min(k, r.numel())
+    if kk > 0:  # the core's radix select and compaction: O(n), no mask
+        thr, n_gt = _C._ops_kth_abs(r, kk)
+        top, _ = _C._ops_compact(r, thr, kk - n_gt, -1)
+        top = top.long()
     else:
-        picked = torch.zeros_like(a, dtype=torch.bool)
-    if all_dims:
-        for off, nrow, per in segs:  # argmax: the first of tied maxima
-            best = a[off:off + nrow * per].view(nrow, per).argmax(dim=1)
-            best += off + torch.arange(nrow, device=a.device) * per
-            picked[best] = True
-    picked &= a != 0
-    return picked.nonzero().flatten()
+        top = torch.zeros(0, dtype=torch.int64, device=r.device)
+    if not all_dims:
+        return top
+    a = torch.abs(r, out=absbuf) if absbuf is not None else r.abs()
+    best = [a[off:off + nrow * per].view(nrow, per).argmax(dim=1)
+            + off + torch.arange(nrow, device=r.device) * per
+            for off, nrow, per in segs]  # argmax: the first of tied maxima
+    rows = torch.cat(best)
+    rows = rows[r[rows] != 0]
+    return torch.cat([top, rows]).unique()
 
 
 def step(state: ADTopkState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -145,49 +153,69 @@ def step(state: ADTopkState, bucket: dist.GradBucket) -> torch.futures.Future[to
     group = state.process_group or dist.group.WORLD
     world = dist.get_world_size(group)
     index = bucket.index()
+    last = bucket.is_last()
     if state.iteration < state.warmup_steps:
         out = buf.div_(world)
         dist.all_reduce(out, group=group)
+        fut: torch.futures.Future = torch.futures.Future(
+            devices=[buf.device] if buf.is_cuda else None)
+        fut.set_result(out)
     else:
         shapes = [p.shape for p in bucket.parameters()]
         b = state.bucket_state(index, buf, shapes)
-        out = _sparse_call(state, b, buf, group, world)
-    if bucket.is_last():
+        fut = _sparse_call(state, b, buf, group, world)
+    if last:
         state.iteration += 1
-    fut: torch.futures.Future = torch.futures.Future(
-        devices=[buf.device] if buf.is_cuda else None)
-    fut.set_result(out)
     return fut
 
 
+def _kept(b: _Bucket, name: str, size: int, dtype: torch.dtype,
+          device: torch.device) -> torch.Tensor:
+    """Bucket ``b``'s buffer ``name`` of ``size`` entries, made once."""
+    t = b.scratch.get(name)
+    if t is None or t.numel() != size or t.dtype != dtype or t.device != device:
+        t = b.scratch[name] = torch.empty(size, dtype=dtype, device=device)
+    return t
+
+
 def _sparse_call(state: ADTopkState, b: _Bucket, buf: torch.Tensor, group: Any,
-                 world: int) -> torch.Tensor:
-    """Select, exchange (one gather of padded pairs), scatter-add, keep the
-    rest; returns the average in ``buf``'s dtype."""
-    b.residual.add_(buf.float())
-    k = max(1, round(state.density * buf.numel()))
+                 world: int) -> torch.futures.Future[torch.Tensor]:
+    """Select, exchange (one asynchronous gather of fixed-size blocks),
+    scatter-add, keep the rest; the future's value is the average, in
+    ``buf``'s dtype."""
+    n, dev = buf.numel(), buf.device
+    b.residual.add_(buf)
+    k = max(1, round(state.density * n))
     all_dims = not (state.interleave and (b.calls + 1) % state.interleave == 0)
-    idx = select(b.residual, b.segments, k, all_dims)
-    val = b.residual[idx]
+    idx = select(b.residual, b.segments, k, all_dims,
+                 _kept(b, "abs", n, torch.float32, dev) if all_dims else None)
+    m = idx.numel()
+    # The block every rank sends: at most min(k, n) global picks and one
+    # per row, the same size on every rank.
+    cap = min(k, n) + (b.nrows if all_dims else 0)
+    send = _kept(b, "send", 2 * cap, torch.int32, dev)
+    send[:cap].fill_(n)  # padding: index n, a slot past the bucket
+    send[:m] = idx.to(torch.int32)
+    vals = send[cap:].view(torch.float32)
+    vals.zero_()
+    vals[:m] = b.residual[idx]
     b.residual[idx] = 0.0
     b.calls += 1
     b.last = {"idx": idx, "all_dims": all_dims}
-    count = torch.tensor([idx.numel()], dtype=torch.int64, device=buf.device)
-    counts = torch.empty(world, dtype=torch.int64, device=buf.device)
-    dist.all_gather_into_tensor(counts, count, group=group)
-    cap = int(counts.max().item())
-    pad_i = torch.zeros(cap, dtype=torch.int64, device=buf.device)
-    pad_v = torch.zeros(cap, dtype=torch.float32, device=buf.device)
-    pad_i[:idx.numel()] = idx
-    pad_v[:idx.numel()] = val
-    all_i = torch.empty(world * cap, dtype=torch.int64, device=buf.device)
-    all_v = torch.empty(world * cap, dtype=torch.float32, device=buf.device)
-    dist.all_gather_into_tensor(all_i, pad_i, group=group)
-    dist.all_gather_into_tensor(all_v, pad_v, group=group)
-    total = torch.zeros(buf.numel(), dtype=torch.float32, device=buf.device)
-    total.index_add_(0, all_i, all_v)  # padding adds zeros at index 0
-    # Ring allgathers: a rank sends its block of cap pairs (int64 index and
-    # fp32 value) and its count P - 1 times.
-    b.last.update(bytes_sent=(12 * cap + 8) * (world - 1), picks=idx.numel(),
-                  applied=int((total != 0).sum()), n=buf.numel())
-    return buf.copy_(total.div_(world))
+    recv = _kept(b, "recv", world * 2 * cap, torch.int32, dev)
+    work = dist.all_gather_into_tensor(recv, send, group=group, async_op=True)
+
+    def finish(_: torch.futures.Future) -> torch.Tensor:
+        blocks = recv.view(world, 2 * cap)
+        all_i = blocks[:, :cap].reshape(-1).long()
+        all_v = blocks[:, cap:].contiguous().view(torch.float32).reshape(-1)
+        total = _kept(b, "total", n + 1, torch.float32, dev)
+        total.zero_()
+        total.index_add_(0, all_i, all_v)
+        out = total[:n]
+        # A ring allgather: a rank sends its block (4-byte indices and
+        # values) P - 1 times.
+        b.last.update(bytes_sent=8 * cap * (world - 1), picks=m,
+                      applied=int(torch.count_nonzero(out)), n=n)
+        return buf.copy_(out.div_(world))
+    return work.get_future().then(finish)
