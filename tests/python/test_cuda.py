@@ -24,7 +24,7 @@ CHECKS = ["broadcast"] + [
     ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk")] + [
     f"ddp_hook_density1_{a}_node" for a in ("dense", "oktopk", "gtopk")] + [
     "oktopk_density001_trains", "adam_gradient_matches_cpu", "adam_normalized_matches_cpu",
-    "adtopk_conserves"]
+    "then_sees_gathered", "adtopk_conserves"]
 
 
 # CUDA tensors take NCCL under either launcher; under mpirun,

@@ -298,6 +298,21 @@ def main() -> None:
             return f"{carried} entries carried over 4 sparse calls, max difference {worst:.3g}"
         return check
 
+    def then_sees_gathered() -> str:
+        """A callback chained on a CUDA all_gather_into_tensor's future sees
+        the gathered data (what DDP hooks rely on), against NCCL's gather;
+        int32 and float32, several rounds into reused buffers."""
+        for dtype in (torch.int32, torch.float32):
+            out = torch.empty(size * 4096, dtype=dtype, device=dev)
+            for round_ in range(4):
+                x = data((4096,), dtype, 80 + round_)
+                work = dist.all_gather_into_tensor(out, x, async_op=True)
+                got = work.get_future().then(lambda _f: out.clone()).wait()
+                want = torch.empty_like(out)
+                dist.all_gather_into_tensor(want, x, group=nccl)
+                assert torch.equal(got, want), f"{dtype} round {round_}"
+        return "chained callbacks saw the gathered int32 and float32 data"
+
     def adtopk_conserves() -> str:
         """ADTopk on CUDA buckets: every call's output and residuals keep
         the gradient mass (summed over NCCL), every row keeps a pick, and
@@ -346,7 +361,8 @@ def main() -> None:
                for a in ("dense", "oktopk", "gtopk")]
     checks += [("oktopk_density001_trains", oktopk_trains)]
     checks += [(f"adam_{s}_matches_cpu", adam_matches_cpu(s)) for s in ("gradient", "normalized")]
-    checks += [("adtopk_conserves", adtopk_conserves)]
+    checks += [("then_sees_gathered", then_sees_gathered),
+               ("adtopk_conserves", adtopk_conserves)]
     for name, fn in checks:
         rec.run(name, fn)
     rec.info["device"] = torch.cuda.get_device_name(dev)
