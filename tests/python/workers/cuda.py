@@ -307,7 +307,7 @@ def main() -> None:
             for round_ in range(4):
                 x = data((4096,), dtype, 80 + round_)
                 work = dist.all_gather_into_tensor(out, x, async_op=True)
-                got = work.get_future().then(lambda _f: out.clone()).wait()
+                got = work.get_future().then(lambda _f, o=out: o.clone()).wait()
                 want = torch.empty_like(out)
                 dist.all_gather_into_tensor(want, x, group=nccl)
                 assert torch.equal(got, want), f"{dtype} round {round_}"
