@@ -716,18 +716,29 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
     int data;  // 0 normal, 1 Laplace, 2 heavy tails
     bool first_guess_lands;
   };
-  const Case cases[] = {
-      {PGS_EST_GAUSSIAN, 0, true},          {PGS_EST_DEFAULT, 0, true},
-      {PGS_EST_SIDCO_EXP, 1, true},         {PGS_EST_DGC_SAMPLE, 0, true},
-      {PGS_EST_DGC_SAMPLE, 1, true},        {PGS_EST_EXACT, 2, true},
-      {PGS_EST_GAUSSIAN, 2, false},         {PGS_EST_SIDCO_EXP, 2, false},
-      {PGS_EST_DGC_SAMPLE, 2, false},       {PGS_EST_SIDCO_EXP, 0, false},
-      {PGS_EST_SIDCO_GP, 1, true},          {PGS_EST_SIDCO_GAMMA, 1, true},
-      {PGS_EST_SIDCO_EXP_MS, 1, true},      {PGS_EST_SIDCO_GP_MS, 1, true},
-      {PGS_EST_SIDCO_GAMMA_GP_MS, 1, true}, {PGS_EST_SIDCO_GP, 0, false},
-      {PGS_EST_SIDCO_GP, 2, false},         {PGS_EST_SIDCO_GAMMA, 2, false},
-      {PGS_EST_SIDCO_EXP_MS, 2, false},     {PGS_EST_SIDCO_GP_MS, 2, false},
-      {PGS_EST_SIDCO_GAMMA_GP_MS, 2, false}};
+  const Case cases[] = {{PGS_EST_GAUSSIAN, 0, true},
+                        {PGS_EST_DEFAULT, 0, true},
+                        {PGS_EST_SIDCO_EXP, 1, true},
+                        {PGS_EST_DGC_SAMPLE, 0, true},
+                        {PGS_EST_DGC_SAMPLE, 1, true},
+                        {PGS_EST_EXACT, 2, true},
+                        {PGS_EST_GAUSSIAN, 2, false},
+                        {PGS_EST_SIDCO_EXP, 2, false},
+                        {PGS_EST_DGC_SAMPLE, 2, false},
+                        {PGS_EST_SIDCO_EXP, 0, false},
+                        {PGS_EST_SIDCO_GP, 1, true},
+                        {PGS_EST_SIDCO_GAMMA, 1, true},
+                        {PGS_EST_SIDCO_EXP_MS, 1, true},
+                        {PGS_EST_SIDCO_GP_MS, 1, true},
+                        {PGS_EST_SIDCO_GAMMA_GP_MS, 1, true},
+                        {PGS_EST_SIDCO_GP, 0, false},
+                        {PGS_EST_SIDCO_GP, 2, false},
+                        {PGS_EST_SIDCO_GAMMA, 2, false},
+                        {PGS_EST_SIDCO_EXP_MS, 2, false},
+                        {PGS_EST_SIDCO_GP_MS, 2, false},
+                        {PGS_EST_SIDCO_GAMMA_GP_MS, 2, false},
+                        {PGS_EST_REUSE, 0, false},
+                        {PGS_EST_REUSE, 2, false}};
   for (pgs_algo_id_t algo :
        {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA, PGS_ALGO_OKTOPK})
     for (const Case &c : cases) {
@@ -751,6 +762,10 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
         EXPECT_EQ(conservation_failures(run, n), 0) << name;
         if (step == 0 && c.first_guess_lands) {
           EXPECT_EQ(run.stats.estimate_corrections, 0) << name << " " << c.data;
+        }
+        if (c.est == PGS_EST_REUSE && step == 0) {  // nothing to reuse yet
+          EXPECT_EQ(run.stats.estimate_corrections, 0) << name;
+          EXPECT_EQ(run.stats.local_recomputed, 1) << name;
         }
         if (!guesses) {
           EXPECT_EQ(run.stats.estimate_corrections, 0) << name;

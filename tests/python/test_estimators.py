@@ -18,7 +18,7 @@ import pytest
 import pg_sparse
 
 NAMES = ("default", "exact", "gaussian", "sidco_exp", "dgc_sample", "sidco_gp", "sidco_gamma",
-         "sidco_exp_ms", "sidco_gp_ms", "sidco_gamma_gp_ms")
+         "sidco_exp_ms", "sidco_gp_ms", "sidco_gamma_gp_ms", "reuse")
 
 
 def test_names_and_docs():

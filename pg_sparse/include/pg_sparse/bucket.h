@@ -74,7 +74,10 @@ int pgs_algo_from_name(const char *name, pgs_algo_id_t *out);
     "SIDCo-P multi-stage: generalized Pareto fits, stages adapted")           \
   X(PGS_EST_SIDCO_GAMMA_GP_MS, "sidco_gamma_gp_ms",                           \
     "SIDCo-GP multi-stage: a gamma fit, then generalized Pareto fits of the " \
-    "exceedances, stages adapted")
+    "exceedances, stages adapted")                                            \
+  X(PGS_EST_REUSE, "reuse",                                                   \
+    "Ok-Topk's reuse: the previous call's local threshold (exact on the "     \
+    "first call)")
 
 typedef enum pgs_estimator {
 #define PGS_EST_ENUM_(id, name, doc) id,

@@ -73,6 +73,7 @@ struct pgs_bucket {
   int est_stages;
   int est_calls;
   double est_ratio_sum;
+  float est_last_thr;   /* reuse estimator: the last call's local threshold */
   int est_dir;          /* the last move of the stage count: +1, -1, 0 none */
   double est_last_err;  /* |ln(picks / k)| of the window before that move */
   int64_t *host_counts; /* 4 * size int64 */

@@ -86,6 +86,7 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   const double d = (double)b->k / (double)b->n;
   switch (b->cfg.estimator) {
     case PGS_EST_DGC_SAMPLE: return sample_threshold(b, x, thr);
+    case PGS_EST_REUSE: *thr = b->est_last_thr; return PGS_OK;
     case PGS_EST_SIDCO_GP:
     case PGS_EST_SIDCO_GAMMA:
     case PGS_EST_SIDCO_EXP_MS:
@@ -123,9 +124,12 @@ static int count_at(pgs_bucket_t *b, const float *x, float thr, int64_t *gt,
 
 int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
                          int64_t *gt, int64_t *eq) {
-  /* With the exact estimator, and at k = n (where the exact threshold keeps
-   * every entry, as density 1 must), straight to the select below. */
-  const int exact = b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n;
+  /* With the exact estimator, at k = n (where the exact threshold keeps
+   * every entry, as density 1 must), and for reuse before any threshold,
+   * straight to the select below. */
+  const int exact =
+      b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n ||
+      (b->cfg.estimator == PGS_EST_REUSE && !(b->est_last_thr > 0.0f));
   float thr = 0.0f;
   int st = exact ? PGS_OK : pgs_estimate_threshold(b, x, &thr);
   if (st != PGS_OK) return st;
@@ -137,7 +141,7 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
     const int64_t count = *gt + *eq;
     if (i == 0) pgs_sidco_adapt(b, count);
     if (count >= lo && count <= hi && thr > 0.0f) {
-      *thr_out = thr;
+      *thr_out = b->est_last_thr = thr;
       b->stats.estimate_corrections = i;
       return PGS_OK;
     }
@@ -149,6 +153,6 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
   st = b->ops->kth_abs(b->ops, x, b->n, (size_t)b->k, &thr, &n_gt);
   if (st != PGS_OK) return st;
   b->stats.local_recomputed = 1;
-  *thr_out = thr;
+  *thr_out = b->est_last_thr = thr;
   return count_at(b, x, thr, gt, eq);
 }
