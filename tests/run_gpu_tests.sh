@@ -97,6 +97,7 @@ step_python() {
 step_one() {
   step_ext || return 1
   PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_cuda_one.py" \
+    "$root/tests/python/test_every_op.py" -k "not test_op or cuda-shared" \
     -q 2>&1 | tee "$logs/pytest_cuda_one.log" | tail -15
   return "${PIPESTATUS[0]}"
 }

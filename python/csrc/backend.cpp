@@ -299,12 +299,21 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::post_p2p(at::Tensor t, int peer,
   return p2p_->post(std::move(m));
 }
 
+std::string SparseBackend::cuda_transport() {
+#ifdef PGS_SHIM_CUDA
+  std::lock_guard<std::mutex> lock(cuda_mutex_);
+  if (cuda_) return cuda_side_kind(*cuda_);
+#endif
+  return "";
+}
+
 std::shared_ptr<CudaSide> SparseBackend::cuda_side(int device) {
 #ifdef PGS_SHIM_CUDA
   std::lock_guard<std::mutex> lock(cuda_mutex_);
   if (!cuda_) {
     TORCH_CHECK(store_, "pg_sparse: no store to bootstrap NCCL");
-    cuda_ = cuda_side_create(store_, rank_, size_, device, global_ranks_);
+    cuda_ =
+        cuda_side_create(store_, rank_, size_, device, global_ranks_, staging_);
   }
   TORCH_CHECK(cuda_side_device(*cuda_) == device,
               "pg_sparse: one process group serves one GPU per rank (device ",

@@ -87,6 +87,8 @@ class SparseBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "sparse"; }
   const std::string& transport() const { return transport_; }
+  // The CUDA tensors' transport (auto resolved), "" before their first use.
+  std::string cuda_transport();
   const CommHandle& comm() const { return comm_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(
@@ -185,6 +187,11 @@ class SparseBackend : public c10d::Backend {
     store_ = std::move(store);
     global_ranks_ = std::move(global_ranks);
   }
+  // How the CUDA side makes a host-memory transport of its own over the
+  // group, to stage device tensors through (set by the creator).
+  void set_staging(std::function<pgs_comm_t*()> make_host_comm) {
+    staging_ = std::move(make_host_comm);
+  }
   // CUDA side of @p device (created on first use); null without CUDA.
   std::shared_ptr<CudaSide> cuda_side(int device);
 
@@ -202,6 +209,7 @@ class SparseBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<int64_t> global_ranks_;
+  std::function<pgs_comm_t*()> staging_;
   std::mutex cuda_mutex_;
   std::shared_ptr<CudaSide> cuda_;
   CommHandle cuda_p2p_;

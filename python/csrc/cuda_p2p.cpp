@@ -77,13 +77,15 @@ CommHandle make_cuda_p2p(const std::shared_ptr<CudaSide>& side,
       delete kv;
     });
   }
-  // Staging relays on the host channel's messages: Open MPI's.
-  TORCH_CHECK(host_transport == "mpi",
-              "pg_sparse: PG_SPARSE_CUDA_TRANSPORT=", cuda_side_kind(*side),
+  // Staging relays on the host channel's messages: Open MPI's for the mpi
+  // kinds, the group's own transport (gloo or Open MPI) for staged.
+  const std::string& kind = cuda_side_kind(*side);
+  TORCH_CHECK(kind == "staged" || host_transport == "mpi",
+              "pg_sparse: PG_SPARSE_CUDA_TRANSPORT=", kind,
               " needs the Open MPI transport (launch "
               "with mpirun); this process group uses '",
               host_transport, "'");
-  const bool direct = cuda_side_kind(*side) == "mpi" && mpi_cuda_aware();
+  const bool direct = kind == "mpi" && mpi_cuda_aware();
   auto stream = c10::cuda::getStreamFromPool(
       false, static_cast<c10::DeviceIndex>(device));
   check(pgs_comm_staged_p2p_create(host.get(), stream.stream(), direct, &comm),

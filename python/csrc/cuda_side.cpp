@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "backend.hpp"
@@ -32,8 +33,10 @@ namespace pg_sparse {
 class CudaSide {
  public:
   CudaSide(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-           int device, std::vector<int64_t> global_ranks)
+           int device, std::vector<int64_t> global_ranks,
+           std::function<pgs_comm_t*()> make_host_comm)
       : global_ranks_(std::move(global_ranks)),
+        make_host_comm_(std::move(make_host_comm)),
         store_(std::move(store)),
         rank_(rank),
         size_(size),
@@ -41,6 +44,7 @@ class CudaSide {
         stream_(c10::cuda::getStreamFromPool(
             /*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
     kind_ = param_string(PGS_PARAM_CUDA_TRANSPORT);
+    if (kind_ == "auto") kind_ = shared_gpu() ? "staged" : "nccl";
   }
   ~CudaSide() {
     comm_.reset();
@@ -73,6 +77,8 @@ class CudaSide {
           "creating the CUDA ops table");
     if (kind_ == "nccl")
       init_nccl();
+    else if (kind_ == "staged")
+      init_staged();
     else
       init_mpi(kind_ == "mpi" && mpi_cuda_aware());
     ready_.store(comm_.get(), std::memory_order_release);
@@ -91,6 +97,33 @@ class CudaSide {
     comm_ = CommHandle(c, pgs_comm_destroy);
   }
 
+  // Through pinned host memory over a transport of the host's kind.
+  void init_staged() {
+    TORCH_CHECK(make_host_comm_,
+                "pg_sparse: no host transport to stage "
+                "CUDA tensors through");
+    pgs_comm_t* c = nullptr;
+    check(pgs_comm_staged_create(make_host_comm_(), stream_.stream(), &c),
+          "creating the staged transport of CUDA tensors");
+    comm_ = CommHandle(c, pgs_comm_destroy);
+  }
+
+  // Whether any two ranks of the group run on one GPU (same UUID), through
+  // the store, so every rank reaches the same answer.
+  bool shared_gpu() {
+    cudaDeviceProp prop{};
+    TORCH_CHECK(cudaGetDeviceProperties(&prop, device_) == cudaSuccess,
+                "pg_sparse: cudaGetDeviceProperties(", device_, ") failed");
+    const auto* u = reinterpret_cast<const uint8_t*>(prop.uuid.bytes);
+    const std::vector<uint8_t> mine(u, u + sizeof(prop.uuid.bytes));
+    const std::string key = "pg_sparse_gpu_uuid/";
+    store_->set(key + std::to_string(rank_), mine);
+    std::set<std::vector<uint8_t>> seen;
+    for (int r = 0; r < size_; ++r)
+      seen.insert(r == rank_ ? mine : store_->get(key + std::to_string(r)));
+    return static_cast<int>(seen.size()) < size_;
+  }
+
   void init_nccl() {
     std::vector<uint8_t> id(PGS_NCCL_ID_BYTES);
     const std::string key = "pg_sparse_nccl_id";
@@ -107,9 +140,10 @@ class CudaSide {
   }
 
   std::vector<int64_t> global_ranks_;
+  std::function<pgs_comm_t*()> make_host_comm_;
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_, device_;
-  std::string kind_;  // PG_SPARSE_CUDA_TRANSPORT: nccl, mpi or mpi-staged
+  std::string kind_;  // nccl, mpi, mpi-staged or staged (auto resolved)
   c10::cuda::CUDAStream stream_;
   std::once_flag once_;
   pgs_ops_t* ops_ = nullptr;
@@ -119,9 +153,11 @@ class CudaSide {
 
 std::shared_ptr<CudaSide> cuda_side_create(
     c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device,
-    std::vector<int64_t> global_ranks) {
+    std::vector<int64_t> global_ranks,
+    std::function<pgs_comm_t*()> make_host_comm) {
   return std::make_shared<CudaSide>(std::move(store), rank, size, device,
-                                    std::move(global_ranks));
+                                    std::move(global_ranks),
+                                    std::move(make_host_comm));
 }
 
 int cuda_side_device(const CudaSide& side) { return side.device(); }

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,14 +24,21 @@ namespace pg_sparse {
 
 class CudaSide;
 
-// Caller's thread, cheap: no communication until cuda_comm().
-// @p global_ranks: the group's MPI ranks, for PG_SPARSE_CUDA_TRANSPORT=mpi.
+// Caller's thread, collective: under PG_SPARSE_CUDA_TRANSPORT=auto every
+// rank publishes its GPU's UUID in @p store and reads the others', so all
+// ranks choose the same transport; the transport itself is made on first
+// use (cuda_comm). @p global_ranks: the group's MPI ranks, for
+// PG_SPARSE_CUDA_TRANSPORT=mpi; @p make_host_comm: a host transport of the
+// group's own kind, for staging.
 std::shared_ptr<CudaSide> cuda_side_create(
     c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device,
-    std::vector<int64_t> global_ranks);
+    std::vector<int64_t> global_ranks,
+    std::function<pgs_comm_t*()> make_host_comm);
 int cuda_side_device(const CudaSide& side);
-// The device transport PG_SPARSE_CUDA_TRANSPORT asked for: nccl (default),
-// mpi or mpi-staged (checked when the side is created).
+// The device transport in use: nccl, mpi (CUDA-aware Open MPI, or staged
+// where it is not), mpi-staged, or staged (through the host transport: gloo
+// under torchrun, Open MPI under mpirun). auto resolves to staged where two
+// ranks share a GPU (NCCL refuses them), else to nccl.
 const std::string& cuda_side_kind(const CudaSide& side);
 
 // Caller's thread: the comm stream waits for the caller's current stream and

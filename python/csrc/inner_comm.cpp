@@ -19,15 +19,19 @@ std::string& last_transport_error() {
 
 namespace {
 
-// Tags of the transport's own messages: kTagBase + (n mod kTagBase) for the
-// n-th message between two ranks, disjoint from the user's tags (< kTagBase,
-// which the backend checks), so dist.send/recv on the same gloo backend can
-// never match an algorithm's message.
+// Tags of the transport's own messages: kTagBase + channel * kChannelSpan +
+// (n mod kChannelSpan) for the n-th message between two ranks on a channel
+// (0: the host collectives, 1: CUDA tensors staged through host memory),
+// disjoint from the user's tags (< kTagBase, which the backend checks), so
+// dist.send/recv on the same gloo backend can never match an algorithm's
+// message, nor one channel's message another's.
 constexpr uint32_t kTagBase = 1u << 30;
+constexpr uint32_t kChannelSpan = 1u << 29;
 
 struct InnerComm {
   c10::intrusive_ptr<c10d::Backend> inner;
   int size = 1;
+  uint32_t channel = 0;  // 0 or 1: its tags' range
   // Per-peer message counters: the n-th message between two ranks gets the
   // same tag on both sides, so messages match even when several go to one
   // peer.
@@ -37,8 +41,9 @@ struct InnerComm {
 
 InnerComm* self(void* impl) { return static_cast<InnerComm*>(impl); }
 
-int next_tag(uint32_t& seq) {
-  return static_cast<int>(kTagBase | (seq++ & (kTagBase - 1)));
+int next_tag(const InnerComm* c, uint32_t& seq) {
+  return static_cast<int>(kTagBase + c->channel * kChannelSpan +
+                          (seq++ & (kChannelSpan - 1)));
 }
 
 at::Tensor bytes_of(void* p, size_t n) {
@@ -90,12 +95,12 @@ int exchange_start(void* impl, const pgs_msg_t* sends, int ns,
     for (int i = 0; i < nr; ++i) {
       std::vector<at::Tensor> t{bytes_of(recvs[i].buf, recvs[i].bytes)};
       works.push_back(c->inner->recv(t, recvs[i].peer,
-                                     next_tag(c->recv_seq[recvs[i].peer])));
+                                     next_tag(c, c->recv_seq[recvs[i].peer])));
     }
     for (int i = 0; i < ns; ++i) {
       std::vector<at::Tensor> t{bytes_of(sends[i].buf, sends[i].bytes)};
       works.push_back(c->inner->send(t, sends[i].peer,
-                                     next_tag(c->send_seq[sends[i].peer])));
+                                     next_tag(c, c->send_seq[sends[i].peer])));
     }
   });
 }
@@ -268,10 +273,7 @@ void p2p_cancel(void*, void* req) {
   delete r;
 }
 
-}  // namespace
-
-Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
-                               int rank, int size) {
+const pgs_comm_vtable_t& collective_table() {
   static const pgs_comm_vtable_t vt = {
       .exchange_start = exchange_start,
       .exchange_wait = exchange_wait,
@@ -284,9 +286,13 @@ Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
       .barrier = barrier,
       .destroy = destroy,
   };
-  // The user's messages on a transport of their own over the same gloo
-  // backend: their tags stay below kTagBase, so they never match ours.
-  static const pgs_comm_vtable_t p2p_vt = {
+  return vt;
+}
+
+// The user's messages on a transport of their own over the same gloo
+// backend: their tags stay below kTagBase, so they never match ours.
+const pgs_comm_vtable_t& p2p_table() {
+  static const pgs_comm_vtable_t vt = {
       .destroy = destroy,
       .isend = p2p_isend,
       .irecv = p2p_irecv,
@@ -294,19 +300,40 @@ Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
       .cancel = p2p_cancel,
       .source = p2p_source,
   };
-  auto make = [&](const pgs_comm_vtable_t& table, const char* what) {
-    auto* c = new InnerComm;
-    c->inner = inner;
-    c->size = size;
-    c->send_seq.assign(size, 0);
-    c->recv_seq.assign(size, 0);
-    pgs_comm_t* comm = nullptr;
-    check(pgs_comm_create(&table, c, rank, size, PGS_MEM_HOST, &comm), what);
-    return CommHandle(comm, pgs_comm_destroy);
-  };
-  CommHandle comm = make(vt, "creating the gloo-backed transport");
-  CommHandle p2p = make(p2p_vt, "creating the gloo-backed point-to-point");
+  return vt;
+}
+
+pgs_comm_t* make_comm(const c10::intrusive_ptr<c10d::Backend>& inner, int rank,
+                      int size, const pgs_comm_vtable_t& table,
+                      uint32_t channel, const char* what) {
+  auto* c = new InnerComm;
+  c->inner = inner;
+  c->size = size;
+  c->channel = channel;
+  c->send_seq.assign(size, 0);
+  c->recv_seq.assign(size, 0);
+  pgs_comm_t* comm = nullptr;
+  check(pgs_comm_create(&table, c, rank, size, PGS_MEM_HOST, &comm), what);
+  return comm;
+}
+
+}  // namespace
+
+Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
+                               int rank, int size) {
+  CommHandle comm(make_comm(inner, rank, size, collective_table(), 0,
+                            "creating the gloo-backed transport"),
+                  pgs_comm_destroy);
+  CommHandle p2p(make_comm(inner, rank, size, p2p_table(), 0,
+                           "creating the gloo-backed point-to-point"),
+                 pgs_comm_destroy);
   return Transport{std::move(comm), std::move(p2p)};
+}
+
+pgs_comm_t* make_inner_staging_comm(c10::intrusive_ptr<c10d::Backend> inner,
+                                    int rank, int size) {
+  return make_comm(inner, rank, size, collective_table(), 1,
+                   "creating the gloo-backed transport of CUDA tensors");
 }
 
 }  // namespace pg_sparse

@@ -47,6 +47,19 @@ c10::intrusive_ptr<c10d::Backend> create_backend(
       opts.group_rank, opts.group_size, std::move(t.comm), std::move(t.p2p),
       transport, timeout);
   b->set_store(opts.store, opts.global_ranks_in_group);
+  // CUDA tensors staged through host memory ride a second transport of the
+  // same kind, so they never meet the host collectives' messages.
+  const int rank = opts.group_rank, size = opts.group_size;
+  if (transport == "mpi") {
+    auto ranks = opts.global_ranks_in_group;
+    b->set_staging([ranks, rank, size] {
+      return make_mpi_comm(ranks, rank, size, PGS_MEM_HOST);
+    });
+  } else {
+    b->set_staging([inner, rank, size] {
+      return make_inner_staging_comm(inner, rank, size);
+    });
+  }
   std::lock_guard<std::mutex> lock(registry().mutex);
   registry().backends.emplace_back(b);
   return b;
@@ -86,6 +99,11 @@ PYBIND11_MODULE(_C, m) {
     auto s = c10::dynamic_intrusive_pointer_cast<SparseBackend>(b);
     TORCH_CHECK_TYPE(s, "pg_sparse: not a 'sparse' backend");
     return s->transport();
+  });
+  m.def("_cuda_transport_of", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+    auto s = c10::dynamic_intrusive_pointer_cast<SparseBackend>(b);
+    TORCH_CHECK_TYPE(s, "pg_sparse: not a 'sparse' backend");
+    return s->cuda_transport();
   });
 
   py::class_<BucketConfig>(m, "BucketConfig")

@@ -25,6 +25,11 @@ struct Transport {
 Transport make_inner_transport(c10::intrusive_ptr<c10d::Backend> inner,
                                int rank, int size);
 
+// A second transport over @p inner's collectives, on a tag range of its own:
+// what the CUDA side stages device tensors through (owned by the caller).
+pgs_comm_t* make_inner_staging_comm(c10::intrusive_ptr<c10d::Backend> inner,
+                                    int rank, int size);
+
 // An Open MPI transport alone over a torch group, in memory space @p mem
 // (PGS_MEM_DEVICE only for a CUDA-aware Open MPI): the CUDA side's.
 pgs_comm_t* make_mpi_comm(const std::vector<int64_t>& global_ranks,

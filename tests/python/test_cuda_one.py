@@ -1,7 +1,10 @@
 """The hook path on a single GPU: CUDA buckets against CPU buckets on the same
-data at world size 1 (torchrun) and with 2 and 3 ranks sharing the GPU over
-the staged Open MPI transport (mpirun), so the GPU path is tested whenever
-any GPU is lent. Skips without a GPU (or with a CPU torch)."""
+data at world size 1 (torchrun) and with 2 and 3 ranks sharing the GPU
+(mpirun over the staged Open MPI transport, and under the default
+PG_SPARSE_CUDA_TRANSPORT=auto, which finds the shared GPU and stages
+through the host transport: gloo under torchrun, Open MPI under mpirun), so
+the GPU path is tested whenever any GPU is lent. Skips without a GPU (or
+with a CPU torch)."""
 
 import pytest
 import torch
@@ -10,12 +13,19 @@ from workers.common import ALGOS
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CHECKS = [f"{kind}_{a}" for a in ALGOS for kind in ("bucket_parity", "nonfinite", "ddp_twin")]
+CHECKS.append("cuda_transport")
 
 
-STAGED = {"NCCL_NVLS_ENABLE": "0", "PG_SPARSE_CUDA_TRANSPORT": "mpi-staged"}
-CONFIGS = {"ws1": ("torchrun", 1, {"NCCL_NVLS_ENABLE": "0"}),
+STAGED = {"NCCL_NVLS_ENABLE": "0", "PG_SPARSE_CUDA_TRANSPORT": "mpi-staged",
+          "PGS_EXPECT_CUDA_TRANSPORT": "mpi-staged"}
+# The default (auto): NCCL alone on the GPU, staged where ranks share it.
+AUTO_SHARED = {"NCCL_NVLS_ENABLE": "0", "PGS_EXPECT_CUDA_TRANSPORT": "staged"}
+CONFIGS = {"ws1": ("torchrun", 1, {"NCCL_NVLS_ENABLE": "0", "PGS_EXPECT_CUDA_TRANSPORT": "nccl"}),
            "shared2-staged": ("mpirun", 2, STAGED),
-           "shared3-staged": ("mpirun", 3, STAGED)}
+           "shared3-staged": ("mpirun", 3, STAGED),
+           "shared2-auto-torchrun": ("torchrun", 2, AUTO_SHARED),
+           "shared3-auto-torchrun": ("torchrun", 3, AUTO_SHARED),
+           "shared2-auto-mpirun": ("mpirun", 2, AUTO_SHARED)}
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -2,7 +2,8 @@
 job (reduce, gather, scatter, list and coalesced forms, bitwise ops, every
 dtype, 0-d, empty and non-contiguous tensors, sparse allreduce and DDP over a
 sparse embedding, sequence numbers, the timeout message), under torchrun and
-mpirun at P = 2 and 3 (on CUDA tensors at P = 2, and 4 where four GPUs are lent)."""
+mpirun at P = 2 and 3 (on CUDA tensors at P = 2, and 4 where four GPUs are lent;
+with both ranks on one GPU wherever one is lent)."""
 
 import pytest
 import torch
@@ -33,6 +34,13 @@ if NGPU >= 4:  # P = 4 too, where four GPUs are lent
     })
 if NGPU >= 2:
     CONFIGS.update(CUDA_CONFIGS)
+# Every rank on one GPU (any machine with a GPU): NCCL refuses that, so the
+# default PG_SPARSE_CUDA_TRANSPORT=auto stages through the host transport.
+if NGPU >= 1:
+    CONFIGS.update({
+        "cuda-shared-torchrun-P2": ("torchrun", 2, {"PGS_EVERY_OP_DEVICE": "cuda-shared"}),
+        "cuda-shared-mpirun-P2": ("mpirun", 2, {"PGS_EVERY_OP_DEVICE": "cuda-shared"}),
+    })
 JOB_TIMEOUT = 120
 
 

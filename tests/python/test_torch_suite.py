@@ -43,19 +43,34 @@ def selected(world: str, quick: set[str]) -> list[str]:
                                             and (full or t in quick)]
 
 
-RUNS = {WORLD: selected(WORLD, _QUICK)}
+# The suite's CUDA-gated tests that pass on gloo, at world size 2. They
+# need a GPU per rank (its skip guards), except that
+# test_sparse_all_reduce_sum_cuda then puts both ranks' tensors on cuda:0:
+# ranks sharing a GPU, where the backend stages through its host transport.
+CUDA_TESTS = ["test_all_reduce_sum_cuda", "test_all_reduce_sum_cuda_async",
+              "test_all_reduce_sum_cuda_complex", "test_barrier_cuda", "test_broadcast_cuda",
+              "test_sparse_all_reduce_sum_cuda"]
+
+# Run name -> (world size, tests).
+RUNS = {WORLD: (WORLD, selected(WORLD, _QUICK))}
 if WORLD == "2":
-    RUNS["3"] = selected("3", _QUICK_W3)
+    RUNS["3"] = ("3", selected("3", _QUICK_W3))
+try:
+    import torch
+    _NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
+except ImportError:  # pragma: no cover - torch is a requirement
+    _NGPU = 0
+if _NGPU >= 2:
+    RUNS["2-cuda"] = ("2", ["test_zz_groups_are_sparse", *CUDA_TESTS])
 
 _RESULTS: dict[str, dict[str, str]] = {}
 
 
-def suite_results(world: str) -> dict[str, str]:
-    """Runs every selected test of ``world`` in one pytest process (the
-    suite's import is the slow part) and returns test name ->
-    PASSED/FAILED/SKIPPED/ERROR."""
-    if world not in _RESULTS:
-        tests = RUNS[world]
+def suite_results(run: str) -> dict[str, str]:
+    """Runs every test of ``run`` in one pytest process (the suite's import
+    is the slow part) and returns test name -> PASSED/FAILED/SKIPPED/ERROR."""
+    if run not in _RESULTS:
+        world, tests = RUNS[run]
         env = dict(os.environ, WORLD_SIZE=world, BACKEND="gloo", PGS_SUITE_BACKEND="sparse",
                    OMP_NUM_THREADS="1")
         ids = [f"dist_suite.py::TestSparseBackend::{t}" for t in tests]
@@ -69,12 +84,12 @@ def suite_results(world: str) -> dict[str, str]:
             if word in ("PASSED", "FAILED", "SKIPPED", "ERROR") and "::" in rest:
                 res[rest.split("::")[-1].split(" ")[0]] = word
         res["__log__"] = (proc.stdout + proc.stderr)[-4000:]
-        _RESULTS[world] = res
-    return _RESULTS[world]
+        _RESULTS[run] = res
+    return _RESULTS[run]
 
 
-@pytest.mark.parametrize("world,name", [
-    pytest.param(w, t, id=f"w{w}-{t}") for w, tests in RUNS.items() for t in tests])
-def test_torch_distributed_test(world, name):
-    results = suite_results(world)
+@pytest.mark.parametrize("run,name", [
+    pytest.param(r, t, id=f"w{r}-{t}") for r, (_, tests) in RUNS.items() for t in tests])
+def test_torch_distributed_test(run, name):
+    results = suite_results(run)
     assert results.get(name) == "PASSED", f"{name}: {results.get(name)}\n{results['__log__']}"

@@ -22,9 +22,10 @@ extern "C" {
     "host transport: auto takes Open MPI under mpirun or srun --mpi=pmix, "    \
     "gloo otherwise (torchrun, plain srun)")                                   \
   X(PGS_PARAM_CUDA_TRANSPORT, "PG_SPARSE_CUDA_TRANSPORT", PGS_PARAM_STRING,    \
-    "nccl", "nccl|mpi|mpi-staged", 0, 0,                                       \
-    "transport of CUDA tensors: NCCL, CUDA-aware Open MPI, or Open MPI "       \
-    "through pinned host buffers")                                             \
+    "auto", "auto|nccl|mpi|mpi-staged|staged", 0, 0,                           \
+    "transport of CUDA tensors: auto (NCCL, or staged where ranks share a "    \
+    "GPU), NCCL, CUDA-aware Open MPI, Open MPI through pinned host buffers, "  \
+    "or staged through pinned host buffers over the host transport")           \
   X(PGS_PARAM_LOG, "PG_SPARSE_LOG", PGS_PARAM_STRING, "warn",                  \
     "error|warn|info|debug", 0, 0,                                             \
     "most verbose level of the pg_sparse logger (C core, shim and Python)")    \

@@ -1,13 +1,16 @@
 """The hook path on one GPU (runs wherever any GPU is lent): every rank on
-cuda:0, at world size 1 under torchrun or 2-3 ranks sharing the GPU under
-mpirun over the staged Open MPI transport (NCCL refuses two ranks on one
-device). Every algorithm's bucket on a CUDA tensor against the same bucket
-on a CPU tensor, call by call on the same data (outputs, residuals and
-statistics must agree exactly, as the C-level parity tests find), a NaN
-failing both alike, and DDP on CUDA with each hook against its CPU twin."""
+cuda:0, at world size 1 under torchrun or 2-3 ranks sharing the GPU (NCCL
+refuses two ranks on one device): under mpirun over the staged Open MPI
+transport, and under PG_SPARSE_CUDA_TRANSPORT=auto (the default) staged
+through the host transport, gloo under torchrun. Every algorithm's bucket
+on a CUDA tensor against the same bucket on a CPU tensor, call by call on
+the same data (outputs, residuals and statistics must agree exactly, as
+the C-level parity tests find), a NaN failing both alike, and DDP on CUDA with each hook
+against its CPU twin."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -103,10 +106,23 @@ def main() -> None:
             return f"max |cpu - cuda| {(a - b).abs().max().item():.2e}"
         return check
 
+    def cuda_transport() -> str:
+        """The transport the CUDA tensors took (auto resolved), as the
+        launch configuration expects, and a dense all_reduce over it."""
+        backend = dist.group.WORLD._get_backend(dev)
+        kind = pg_sparse._C._cuda_transport_of(backend)
+        want = os.environ["PGS_EXPECT_CUDA_TRANSPORT"]
+        assert kind == want, f"CUDA tensors took {kind!r}, expected {want!r}"
+        t = torch.full((1000,), float(rank + 1), device=dev)
+        dist.all_reduce(t)
+        assert torch.equal(t.cpu(), torch.full((1000,), size * (size + 1) / 2)), t
+        return kind
+
     for a in ALGOS:
         rec.run(f"bucket_parity_{a}", bucket_parity(a))
         rec.run(f"nonfinite_{a}", nonfinite_both(a))
         rec.run(f"ddp_twin_{a}", ddp_twin(a))
+    rec.run("cuda_transport", cuda_transport)
     rec.info["device"] = torch.cuda.get_device_name(dev)
     rec.finish()
     dist.destroy_process_group()

@@ -421,7 +421,10 @@ def main() -> None:
     import pg_sparse  # noqa: F401 - registers "sparse"; under mpirun sets RANK...
 
     C.device = os.environ.get("PGS_EVERY_OP_DEVICE", "cpu")
-    if C.device == "cuda":
+    if C.device == "cuda-shared":  # every rank on one GPU: staged (auto)
+        C.device = "cuda:0"
+        torch.cuda.set_device(C.device)
+    elif C.device == "cuda":
         local = (os.environ.get("LOCAL_RANK") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
                  or os.environ.get("RANK", "0"))
         C.device = f"cuda:{int(local)}"
