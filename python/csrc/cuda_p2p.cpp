@@ -65,7 +65,8 @@ CommHandle make_cuda_p2p(const std::shared_ptr<CudaSide>& side,
   const int device = cuda_side_device(*side);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   pgs_comm_t* comm = nullptr;
-  if (cuda_side_kind(*side) == "nccl") {
+  const std::string kind = cuda_side_p2p_kind(*side);
+  if (kind == "nccl") {
     TORCH_CHECK(store, "pg_sparse: no store to bootstrap NCCL");
     auto* kv = new StoreKv{std::move(store)};
     const pgs_kv_t table{kv, &StoreKv::put, &StoreKv::get};
@@ -79,7 +80,6 @@ CommHandle make_cuda_p2p(const std::shared_ptr<CudaSide>& side,
   }
   // Staging relays on the host channel's messages: Open MPI's for the mpi
   // kinds, the group's own transport (gloo or Open MPI) for staged.
-  const std::string& kind = cuda_side_kind(*side);
   TORCH_CHECK(kind == "staged" || host_transport == "mpi",
               "pg_sparse: PG_SPARSE_CUDA_TRANSPORT=", kind,
               " needs the Open MPI transport (launch "

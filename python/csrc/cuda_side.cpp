@@ -43,8 +43,7 @@ class CudaSide {
         device_(device),
         stream_(c10::cuda::getStreamFromPool(
             /*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
-    kind_ = param_string(PGS_PARAM_CUDA_TRANSPORT);
-    if (kind_ == "auto") kind_ = shared_gpu() ? "staged" : "nccl";
+    requested_ = param_string(PGS_PARAM_CUDA_TRANSPORT);
   }
   ~CudaSide() {
     comm_.reset();
@@ -66,7 +65,20 @@ class CudaSide {
     pgs_comm_t* c = ready_.load(std::memory_order_acquire);
     return c != nullptr && pgs_comm_abort(c) == PGS_OK;
   }
-  const std::string& kind() const { return kind_; }
+  // The collectives' transport: as requested, auto resolved by their first
+  // call ("auto" before it).
+  std::string kind() {
+    std::lock_guard<std::mutex> lock(kind_mutex_);
+    return kind_.empty() ? requested_ : kind_;
+  }
+  // What send/recv take: the collectives' choice once made, else NCCL for
+  // auto. Deciding needs every rank of the group (the GPU UUIDs), and a
+  // message involves two: a rank waiting for a peer that never touches CUDA
+  // on this group would hang.
+  std::string p2p_kind() {
+    std::string k = kind();
+    return k == "auto" ? "nccl" : k;
+  }
   c10::cuda::CUDAStream stream() const { return stream_; }
 
  private:
@@ -75,12 +87,18 @@ class CudaSide {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     check(pgs_ops_cuda_create(stream_.stream(), device_, &ops_),
           "creating the CUDA ops table");
-    if (kind_ == "nccl")
+    std::string kind = requested_;
+    if (kind == "auto") kind = shared_gpu() ? "staged" : "nccl";
+    {
+      std::lock_guard<std::mutex> lock(kind_mutex_);
+      kind_ = kind;
+    }
+    if (kind == "nccl")
       init_nccl();
-    else if (kind_ == "staged")
+    else if (kind == "staged")
       init_staged();
     else
-      init_mpi(kind_ == "mpi" && mpi_cuda_aware());
+      init_mpi(kind == "mpi" && mpi_cuda_aware());
     ready_.store(comm_.get(), std::memory_order_release);
   }
 
@@ -143,7 +161,9 @@ class CudaSide {
   std::function<pgs_comm_t*()> make_host_comm_;
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_, device_;
-  std::string kind_;  // nccl, mpi, mpi-staged or staged (auto resolved)
+  std::string requested_;  // PG_SPARSE_CUDA_TRANSPORT
+  std::mutex kind_mutex_;
+  std::string kind_;  // nccl, mpi, mpi-staged or staged; "" until init()
   c10::cuda::CUDAStream stream_;
   std::once_flag once_;
   pgs_ops_t* ops_ = nullptr;
@@ -161,7 +181,8 @@ std::shared_ptr<CudaSide> cuda_side_create(
 }
 
 int cuda_side_device(const CudaSide& side) { return side.device(); }
-const std::string& cuda_side_kind(const CudaSide& side) { return side.kind(); }
+std::string cuda_side_kind(CudaSide& side) { return side.kind(); }
+std::string cuda_side_p2p_kind(CudaSide& side) { return side.p2p_kind(); }
 
 std::shared_ptr<DeviceHooks> cuda_prepare(
     const std::shared_ptr<CudaSide>& side,

@@ -24,22 +24,26 @@ namespace pg_sparse {
 
 class CudaSide;
 
-// Caller's thread, collective: under PG_SPARSE_CUDA_TRANSPORT=auto every
-// rank publishes its GPU's UUID in @p store and reads the others', so all
-// ranks choose the same transport; the transport itself is made on first
-// use (cuda_comm). @p global_ranks: the group's MPI ranks, for
-// PG_SPARSE_CUDA_TRANSPORT=mpi; @p make_host_comm: a host transport of the
-// group's own kind, for staging.
+// Caller's thread, cheap: no communication until cuda_comm(), which under
+// PG_SPARSE_CUDA_TRANSPORT=auto first has every rank put its GPU's UUID in
+// @p store and read the others', so all choose alike. @p global_ranks: the
+// group's MPI ranks, for PG_SPARSE_CUDA_TRANSPORT=mpi; @p make_host_comm: a
+// host transport of the group's own kind, for staging.
 std::shared_ptr<CudaSide> cuda_side_create(
     c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device,
     std::vector<int64_t> global_ranks,
     std::function<pgs_comm_t*()> make_host_comm);
 int cuda_side_device(const CudaSide& side);
-// The device transport in use: nccl, mpi (CUDA-aware Open MPI, or staged
-// where it is not), mpi-staged, or staged (through the host transport: gloo
-// under torchrun, Open MPI under mpirun). auto resolves to staged where two
-// ranks share a GPU (NCCL refuses them), else to nccl.
-const std::string& cuda_side_kind(const CudaSide& side);
+// The collectives' device transport: nccl, mpi (CUDA-aware Open MPI, or
+// staged where it is not), mpi-staged, or staged (through the host
+// transport: gloo under torchrun, Open MPI under mpirun). auto resolves at
+// the first CUDA collective (every rank takes part): staged where two ranks
+// share a GPU (NCCL refuses them), else nccl; "auto" until then.
+std::string cuda_side_kind(CudaSide& side);
+// What send/recv of CUDA tensors take: the collectives' transport once
+// resolved, else the one requested, with auto taking NCCL (a message
+// involves two ranks, the decision all of them).
+std::string cuda_side_p2p_kind(CudaSide& side);
 
 // Caller's thread: the comm stream waits for the caller's current stream and
 // the tensors' memory is kept for it until the task is done.
