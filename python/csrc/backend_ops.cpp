@@ -23,6 +23,15 @@ std::vector<at::Tensor> dense(const std::vector<at::Tensor>& ts) {
   return out;
 }
 
+// What route() must see of a CUDA task: its arguments and the contiguous
+// copies made of them on the caller's stream, so the comm stream waits for
+// those copies and the caching allocator keeps them until the task is done.
+std::vector<at::Tensor> joined(std::vector<at::Tensor> a,
+                               const std::vector<at::Tensor>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 void copy_back_all(const std::vector<at::Tensor>& orig,
                    const std::vector<at::Tensor>& buf) {
   for (size_t i = 0; i < orig.size(); ++i) copy_back(orig[i], buf[i]);
@@ -58,8 +67,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   at::Tensor t = single_tensor(tensors, "broadcast");
   check_root(opts.rootRank, size_, "broadcast");
-  Route r = route({t});
   at::Tensor c = t.contiguous();
+  Route r = route({t, c});
   int root = static_cast<int>(opts.rootRank);
   return enqueue(
       c10d::OpType::BROADCAST, "pg_sparse:broadcast", tensors,
@@ -90,8 +99,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allreduce(
   }
   check_tensor(t, "allreduce");
   check_reduce_op(op, t, "allreduce");
-  Route r = route({t});
   at::Tensor c = t.contiguous();
+  Route r = route({t, c});
   return enqueue(
       c10d::OpType::ALLREDUCE, "pg_sparse:allreduce", tensors,
       [r, t, c, op] {
@@ -121,8 +130,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::reduce(
   check_root(opts.rootRank, size_, "reduce");
   auto op = opts.reduceOp.op_;
   check_reduce_op(op, t, "reduce");
-  Route r = route({t});
   at::Tensor c = t.contiguous();
+  Route r = route({t, c});
   int root = static_cast<int>(opts.rootRank);
   return enqueue(
       c10d::OpType::REDUCE, "pg_sparse:reduce", tensors,
@@ -144,8 +153,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allgather(
   auto outs = outputs[0];
   std::vector<at::Tensor> all = outs;
   all.push_back(in);
-  Route r = route(all);
   at::Tensor c = in.contiguous();
+  Route r = route(joined(all, {c}));
   return enqueue(
       c10d::OpType::ALLGATHER, "pg_sparse:allgather", outs,
       [r, c, outs] { run_allgather(r.comm(), c, outs); }, opts.timeout, r.dev);
@@ -160,7 +169,7 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::_allgather_base(
               "pg_sparse::_allgather_base: output must hold world_size times "
               "the input, same dtype");
   at::Tensor in = input.contiguous(), out = output, oc = output.contiguous();
-  Route r = route({in, out});
+  Route r = route({in, out, oc});
   return enqueue(
       c10d::OpType::_ALLGATHER_BASE, "pg_sparse:_allgather_base", {out},
       [r, in, out, oc] {
@@ -214,8 +223,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::allgather_into_tensor_coalesced(
   }
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  Route r = route(all);
   auto ins = dense(inputs), outs = outputs, ocs = dense(outputs);
+  Route r = route(joined(joined(all, ins), ocs));
   return enqueue(
       c10d::OpType::COALESCED, "pg_sparse:allgather_into_tensor_coalesced",
       outputs,
@@ -247,9 +256,9 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::gather(
   }
   std::vector<at::Tensor> all = outs;
   all.push_back(in);
-  Route r = route(all);
   auto ocs = dense(outs);
   at::Tensor c = in.contiguous();
+  Route r = route(joined(joined(all, ocs), {c}));
   return enqueue(
       c10d::OpType::GATHER, "pg_sparse:gather", outs,
       [r, c, outs, ocs, root] {
@@ -280,9 +289,9 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::scatter(
   }
   std::vector<at::Tensor> all = ins;
   all.push_back(out);
-  Route r = route(all);
   auto ics = dense(ins);
   at::Tensor oc = out.contiguous();
+  Route r = route(joined(joined(all, ics), {oc}));
   return enqueue(
       c10d::OpType::SCATTER, "pg_sparse:scatter", outputs,
       [r, out, oc, ics, root] {
@@ -305,9 +314,9 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::reduce_scatter(
   check_reduce_op(op, out, "reduce_scatter");
   std::vector<at::Tensor> all = inputs[0];
   all.push_back(out);
-  Route r = route(all);
   auto ins = inputs[0];
   at::Tensor oc = out.contiguous();
+  Route r = route(joined(all, {oc}));
   return enqueue(
       c10d::OpType::REDUCE_SCATTER, "pg_sparse:reduce_scatter", outputs,
       [r, out, oc, ins, op] {
@@ -331,7 +340,7 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::_reduce_scatter_base(
   auto op = opts.reduceOp.op_;
   check_reduce_op(op, input, "_reduce_scatter_base");
   at::Tensor in = input.contiguous(), out = output, oc = output.contiguous();
-  Route r = route({in, out});
+  Route r = route({in, out, oc});
   return enqueue(
       c10d::OpType::_REDUCE_SCATTER_BASE, "pg_sparse:_reduce_scatter_base",
       {out},
@@ -360,8 +369,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::reduce_scatter_tensor_coalesced(
   }
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  Route r = route(all);
   auto ins = dense(inputs), outs = outputs, ocs = dense(outputs);
+  Route r = route(joined(joined(all, ins), ocs));
   return enqueue(
       c10d::OpType::COALESCED, "pg_sparse:reduce_scatter_tensor_coalesced",
       outputs,
@@ -380,7 +389,7 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::alltoall_base(
   check_tensor(output, "alltoall_base");
   auto plan = plan_alltoall(input, output, input_splits, output_splits, size_);
   at::Tensor in = input.contiguous(), out = output, oc = output.contiguous();
-  Route r = route({in, out});
+  Route r = route({in, out, oc});
   return enqueue(
       c10d::OpType::ALLTOALL_BASE, "pg_sparse:alltoall_base", {out},
       [r, in, out, oc, plan] {
@@ -407,8 +416,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::alltoall(
               outputs[rank_].numel());
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  Route r = route(all);
   auto ins = dense(inputs), outs = outputs, ocs = dense(outputs);
+  Route r = route(joined(joined(all, ins), ocs));
   return enqueue(
       c10d::OpType::ALLTOALL, "pg_sparse:alltoall", outputs,
       [r, ins, outs, ocs] {
