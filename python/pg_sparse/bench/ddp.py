@@ -332,6 +332,10 @@ def _run_method(method: str, model: Any, spec: Any, batches: list[Any], warmup: 
         # The core's own phases, summed over buckets (slowest rank, median).
         for j, phase in enumerate(("select", "reduce", "gather")):
             row[f"hook_{phase}_s"] = _or_none(float(st[:, 4 + j].median()))
+    auto = getattr(state, "_auto", None)
+    if auto is not None:  # each bucket's choice and what it rested on (rank 0's view)
+        row["auto_buckets"] = {str(i): {"algo": c.algo, **auto.stats(i)}
+                               for i, c in auto.buckets.items()}
     params = None
     if numel <= _PARAM_CHECK_MAX:
         params = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
