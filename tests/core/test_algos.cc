@@ -1,5 +1,6 @@
 // Algorithm tests: every sparse allreduce against independent oracles, over
-// both transports, at whatever P mpirun gave us.
+// both transports at whatever P mpirun gave us, and over the thread
+// transport with P threads as ranks in the threads build (tests/threads).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,197 +134,220 @@ std::string param_name(const testing::TestParamInfo<AlgoParam> &info) {
 
 // Density 1.0: every algorithm is the dense average.
 TEST_P(AlgoTest, DensityOneEqualsDenseAverage) {
-  const size_t n = 1031;
-  Runner run(transport(), make_config(algo(), 1.0, 0), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  const int P = world_size();
-  for (int64_t step = 0; step < 3; ++step) {
-    auto g = normal_data(n, 11, world_rank(), step);
-    ASSERT_TRUE(run.step_all(g));
-    std::vector<float> all = allgather(g);
-    int bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-      double sum = 0.0, mag = 0.0;
-      for (int r = 0; r < P; ++r)
-        sum += all[r * n + i], mag += std::fabs(all[r * n + i]);
-      if (std::fabs(run.out[i] - sum / P) > 1e-6 * mag / P + 1e-30) ++bad;
-      if (run.resid[i] != 0.0f) ++bad;
+  on_every_rank([&] {
+    const size_t n = 1031;
+    Runner run(transport(), make_config(algo(), 1.0, 0), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    const int P = world_size();
+    for (int64_t step = 0; step < 3; ++step) {
+      auto g = normal_data(n, 11, world_rank(), step);
+      ASSERT_TRUE(run.step_all(g));
+      std::vector<float> all = allgather(g);
+      int bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        double sum = 0.0, mag = 0.0;
+        for (int r = 0; r < P; ++r)
+          sum += all[r * n + i], mag += std::fabs(all[r * n + i]);
+        if (std::fabs(run.out[i] - sum / P) > 1e-6 * mag / P + 1e-30) ++bad;
+        if (run.resid[i] != 0.0f) ++bad;
+      }
+      EXPECT_EQ(bad, 0) << "step " << step;
     }
-    EXPECT_EQ(bad, 0) << "step " << step;
-  }
+  });
 }
 
 // Nothing lost: the conservation invariant over 60 steps of fresh data, with
 // warm-up, threshold reuse and repartitioning all exercised.
 TEST_P(AlgoTest, ConservationOverManySteps) {
-  const size_t n = 4099;
-  Runner run(transport(), make_config(algo(), 0.02, 2, 8, 4), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 60; ++step) {
-    auto g = normal_data(n, 23, world_rank(), step);
-    ASSERT_TRUE(run.step_all(g));
-    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
-    EXPECT_EQ(run.stats.step, step);
-    EXPECT_EQ(run.stats.dense != 0, step < 2 || algo() == PGS_ALGO_DENSE);
-  }
+  on_every_rank([&] {
+    const size_t n = 4099;
+    Runner run(transport(), make_config(algo(), 0.02, 2, 8, 4), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 60; ++step) {
+      auto g = normal_data(n, 23, world_rank(), step);
+      ASSERT_TRUE(run.step_all(g));
+      EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+      EXPECT_EQ(run.stats.step, step);
+      EXPECT_EQ(run.stats.dense != 0, step < 2 || algo() == PGS_ALGO_DENSE);
+    }
+  });
 }
 
 // A density schedule (pgs_bucket_set_density between calls): every call
 // selects the k of its density and nothing is lost across the changes.
 TEST_P(AlgoTest, DensityScheduleKeepsConservation) {
-  const size_t n = 4099;
-  Runner run(transport(), make_config(algo(), 0.01, 1, 8, 4), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  const double schedule[] = {0.25, 0.1, 0.04, 0.01, 0.01, 0.2, 0.01};
-  for (int64_t step = 0; step < 7; ++step) {
-    ASSERT_EQ(pgs_bucket_set_density(run.bucket(), schedule[step]), PGS_OK);
-    ASSERT_TRUE(run.step_all(normal_data(n, 29, world_rank(), step)));
-    EXPECT_EQ(run.stats.k, target_k(schedule[step], n)) << "step " << step;
-    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
-  }
-  EXPECT_EQ(pgs_bucket_set_density(run.bucket(), 0.0), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_bucket_set_density(run.bucket(), 1.5), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_bucket_set_density(run.bucket(), NAN), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_bucket_set_density(nullptr, 0.1), PGS_ERR_INVALID);
+  on_every_rank([&] {
+    const size_t n = 4099;
+    Runner run(transport(), make_config(algo(), 0.01, 1, 8, 4), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    const double schedule[] = {0.25, 0.1, 0.04, 0.01, 0.01, 0.2, 0.01};
+    for (int64_t step = 0; step < 7; ++step) {
+      ASSERT_EQ(pgs_bucket_set_density(run.bucket(), schedule[step]), PGS_OK);
+      ASSERT_TRUE(run.step_all(normal_data(n, 29, world_rank(), step)));
+      EXPECT_EQ(run.stats.k, target_k(schedule[step], n)) << "step " << step;
+      EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+    }
+    EXPECT_EQ(pgs_bucket_set_density(run.bucket(), 0.0), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_bucket_set_density(run.bucket(), 1.5), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_bucket_set_density(run.bucket(), NAN), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_bucket_set_density(nullptr, 0.1), PGS_ERR_INVALID);
+  });
 }
 
 // A dense/sparse choice (pgs_bucket_set_dense between calls): a dense call
 // flushes the residual into the sum (output = average of g + r, residual
 // zero afterwards), sparse calls resume, and nothing is lost at any switch.
 TEST_P(AlgoTest, DenseChoiceFlushesResidual) {
-  const size_t n = 3001;
-  Runner run(transport(), make_config(algo(), 0.02, 0, 8, 4), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  const int choice[] = {0, 0, 1, 0, 0, 1, 1, 0};
-  for (int64_t step = 0; step < 8; ++step) {
-    ASSERT_EQ(pgs_bucket_set_dense(run.bucket(), choice[step]), PGS_OK);
-    ASSERT_TRUE(run.step_all(normal_data(n, 37, world_rank(), step)));
-    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
-    EXPECT_EQ(run.stats.dense != 0, choice[step] || algo() == PGS_ALGO_DENSE)
-        << "step " << step;
-    if (choice[step]) {
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(run.resid[i], 0.0f) << i;
+  on_every_rank([&] {
+    const size_t n = 3001;
+    Runner run(transport(), make_config(algo(), 0.02, 0, 8, 4), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    const int choice[] = {0, 0, 1, 0, 0, 1, 1, 0};
+    for (int64_t step = 0; step < 8; ++step) {
+      ASSERT_EQ(pgs_bucket_set_dense(run.bucket(), choice[step]), PGS_OK);
+      ASSERT_TRUE(run.step_all(normal_data(n, 37, world_rank(), step)));
+      EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+      EXPECT_EQ(run.stats.dense != 0, choice[step] || algo() == PGS_ALGO_DENSE)
+          << "step " << step;
+      if (choice[step]) {
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(run.resid[i], 0.0f) << i;
+      }
     }
-  }
-  EXPECT_EQ(pgs_bucket_set_dense(run.bucket(), 2), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_bucket_set_dense(nullptr, 1), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_bucket_set_dense(run.bucket(), 2), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_bucket_set_dense(nullptr, 1), PGS_ERR_INVALID);
+  });
 }
 
 // Ranks that choose differently fail the next call on every rank.
 TEST_P(AlgoTest, DenseChoiceComparedAcrossRanks) {
-  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
-  const size_t n = 500;
-  Runner run(transport(), make_config(algo(), 0.05, 0), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  ASSERT_TRUE(run.step_all(normal_data(n, 41, world_rank(), 0)));
-  ASSERT_EQ(pgs_bucket_set_dense(run.bucket(), world_rank() == 0), PGS_OK);
-  EXPECT_EQ(run.step(normal_data(n, 41, world_rank(), 1)), PGS_ERR_MISMATCH);
+  on_every_rank([&] {
+    if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+    const size_t n = 500;
+    Runner run(transport(), make_config(algo(), 0.05, 0), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    ASSERT_TRUE(run.step_all(normal_data(n, 41, world_rank(), 0)));
+    ASSERT_EQ(pgs_bucket_set_dense(run.bucket(), world_rank() == 0), PGS_OK);
+    EXPECT_EQ(run.step(normal_data(n, 41, world_rank(), 1)), PGS_ERR_MISMATCH);
+  });
 }
 
 // In-place output (DDP hands the bucket buffer in and takes it back).
 TEST_P(AlgoTest, InPlaceOutput) {
-  const size_t n = 2000;
-  Runner ref(transport(), make_config(algo(), 0.05, 0), n);
-  Runner inplace(transport(), make_config(algo(), 0.05, 0), n);
-  ASSERT_TRUE(all_ranks(ref.ok() && inplace.ok()));
-  for (int64_t step = 0; step < 4; ++step) {
-    auto g = normal_data(n, 5, world_rank(), step);
-    ASSERT_TRUE(ref.step_all(g));
-    std::vector<float> buf = g;
-    ASSERT_EQ(pgs_bucket_allreduce(inplace.bucket(), buf.data(), buf.data()),
-              PGS_OK);
-    EXPECT_EQ(std::memcmp(buf.data(), ref.out.data(), n * sizeof(float)), 0);
-  }
+  on_every_rank([&] {
+    const size_t n = 2000;
+    Runner ref(transport(), make_config(algo(), 0.05, 0), n);
+    Runner inplace(transport(), make_config(algo(), 0.05, 0), n);
+    ASSERT_TRUE(all_ranks(ref.ok() && inplace.ok()));
+    for (int64_t step = 0; step < 4; ++step) {
+      auto g = normal_data(n, 5, world_rank(), step);
+      ASSERT_TRUE(ref.step_all(g));
+      std::vector<float> buf = g;
+      ASSERT_EQ(pgs_bucket_allreduce(inplace.bucket(), buf.data(), buf.data()),
+                PGS_OK);
+      EXPECT_EQ(std::memcmp(buf.data(), ref.out.data(), n * sizeof(float)), 0);
+    }
+  });
 }
 
 // Edge shapes: n < P, n not divisible by P, n = 1, k = 1.
 TEST_P(AlgoTest, EdgeSizes) {
-  const int P = world_size();
-  const size_t sizes[] = {1, 2, static_cast<size_t>(P > 1 ? P - 1 : 1),
-                          static_cast<size_t>(7 * P + 3)};
-  const double densities[] = {0.001, 0.3, 1.0};
-  for (size_t n : sizes) {
-    for (double d : densities) {
-      Runner run(transport(), make_config(algo(), d, 1, 2, 2), n);
-      ASSERT_TRUE(all_ranks(run.ok()));
-      for (int64_t step = 0; step < 6; ++step) {
-        auto g = normal_data(n, 31, world_rank(), step);
-        ASSERT_TRUE(run.step_all(g)) << "n=" << n << " d=" << d;
-        EXPECT_EQ(conservation_failures(run, n), 0) << "n=" << n << " d=" << d;
+  on_every_rank([&] {
+    const int P = world_size();
+    const size_t sizes[] = {1, 2, static_cast<size_t>(P > 1 ? P - 1 : 1),
+                            static_cast<size_t>(7 * P + 3)};
+    const double densities[] = {0.001, 0.3, 1.0};
+    for (size_t n : sizes) {
+      for (double d : densities) {
+        Runner run(transport(), make_config(algo(), d, 1, 2, 2), n);
+        ASSERT_TRUE(all_ranks(run.ok()));
+        for (int64_t step = 0; step < 6; ++step) {
+          auto g = normal_data(n, 31, world_rank(), step);
+          ASSERT_TRUE(run.step_all(g)) << "n=" << n << " d=" << d;
+          EXPECT_EQ(conservation_failures(run, n), 0)
+              << "n=" << n << " d=" << d;
+        }
       }
     }
-  }
+  });
 }
 
 // All-zero input: zero output, zero residual, no error.
 TEST_P(AlgoTest, AllZeroInput) {
-  const size_t n = 999;
-  Runner run(transport(), make_config(algo(), 0.01, 0, 2, 2), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  std::vector<float> zeros(n, 0.0f);
-  for (int step = 0; step < 3; ++step) {
-    ASSERT_TRUE(run.step_all(zeros));
-    for (size_t i = 0; i < n; ++i) {
-      EXPECT_EQ(run.out[i], 0.0f);
-      EXPECT_EQ(run.resid[i], 0.0f);
+  on_every_rank([&] {
+    const size_t n = 999;
+    Runner run(transport(), make_config(algo(), 0.01, 0, 2, 2), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    std::vector<float> zeros(n, 0.0f);
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(run.step_all(zeros));
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(run.out[i], 0.0f);
+        EXPECT_EQ(run.resid[i], 0.0f);
+      }
     }
-  }
+  });
 }
 
 // One rank selects nothing (its gradient is zero); the others still reduce.
 TEST_P(AlgoTest, OneRankWithoutSelection) {
-  const size_t n = 3001;
-  Runner run(transport(), make_config(algo(), 0.01, 0, 4, 2), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 8; ++step) {
-    auto g = normal_data(n, 41, world_rank(), step);
-    if (world_rank() == 0) std::fill(g.begin(), g.end(), 0.0f);
-    ASSERT_TRUE(run.step_all(g));
-    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
-    if (world_rank() == 0 && algo() != PGS_ALGO_DENSE &&
-        algo() != PGS_ALGO_GTOPK) {
-      EXPECT_EQ(run.stats.local_selected, 0);
+  on_every_rank([&] {
+    const size_t n = 3001;
+    Runner run(transport(), make_config(algo(), 0.01, 0, 4, 2), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 8; ++step) {
+      auto g = normal_data(n, 41, world_rank(), step);
+      if (world_rank() == 0) std::fill(g.begin(), g.end(), 0.0f);
+      ASSERT_TRUE(run.step_all(g));
+      EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+      if (world_rank() == 0 && algo() != PGS_ALGO_DENSE &&
+          algo() != PGS_ALGO_GTOPK) {
+        EXPECT_EQ(run.stats.local_selected, 0);
+      }
     }
-  }
+  });
 }
 
 // Ties at the threshold: many equal magnitudes.
 TEST_P(AlgoTest, TiesAtThreshold) {
-  const size_t n = 1200;
-  const int64_t k = target_k(0.05, n);
-  Runner run(transport(), make_config(algo(), 0.05, 0, 4, 2), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 6; ++step) {
-    std::vector<float> g(n);
-    auto noise = normal_data(n, 53, world_rank(), step);
-    // Three magnitudes only, so the k-th value is tied hundreds of times.
-    for (size_t i = 0; i < n; ++i)
-      g[i] = (noise[i] > 0 ? 1.0f : -1.0f) *
-             (1.0f + std::floor(std::fabs(noise[i]) * 1.5f));
-    ASSERT_TRUE(run.step_all(g));
-    EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
-    if (algo() == PGS_ALGO_TOPKA || algo() == PGS_ALGO_TOPKDSA ||
-        algo() == PGS_ALGO_GTOPK) {
-      EXPECT_EQ(run.stats.local_selected, k);
+  on_every_rank([&] {
+    const size_t n = 1200;
+    const int64_t k = target_k(0.05, n);
+    Runner run(transport(), make_config(algo(), 0.05, 0, 4, 2), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 6; ++step) {
+      std::vector<float> g(n);
+      auto noise = normal_data(n, 53, world_rank(), step);
+      // Three magnitudes only, so the k-th value is tied hundreds of times.
+      for (size_t i = 0; i < n; ++i)
+        g[i] = (noise[i] > 0 ? 1.0f : -1.0f) *
+               (1.0f + std::floor(std::fabs(noise[i]) * 1.5f));
+      ASSERT_TRUE(run.step_all(g));
+      EXPECT_EQ(conservation_failures(run, n), 0) << "step " << step;
+      if (algo() == PGS_ALGO_TOPKA || algo() == PGS_ALGO_TOPKDSA ||
+          algo() == PGS_ALGO_GTOPK) {
+        EXPECT_EQ(run.stats.local_selected, k);
+      }
+      if (algo() == PGS_ALGO_GAUSSIANK) {
+        EXPECT_LE(run.stats.local_selected, 2 * k);
+      }
     }
-    if (algo() == PGS_ALGO_GAUSSIANK) {
-      EXPECT_LE(run.stats.local_selected, 2 * k);
-    }
-  }
+  });
 }
 
 // A NaN on one rank fails the call on every rank, leaving the state as is.
 TEST_P(AlgoTest, NonFiniteFailsEverywhere) {
-  const size_t n = 500;
-  Runner run(transport(), make_config(algo(), 0.1, 0), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  auto g = normal_data(n, 61, world_rank(), 0);
-  if (world_rank() == world_size() - 1) g[17] = NAN;
-  EXPECT_EQ(run.step(g), PGS_ERR_NONFINITE);
-  for (size_t i = 0; i < n; ++i) EXPECT_EQ(run.resid[i], 0.0f);
-  g = normal_data(n, 61, world_rank(), 1);
-  EXPECT_EQ(run.step(g), PGS_OK);
-  EXPECT_EQ(run.stats.step, 0);
+  on_every_rank([&] {
+    const size_t n = 500;
+    Runner run(transport(), make_config(algo(), 0.1, 0), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    auto g = normal_data(n, 61, world_rank(), 0);
+    if (world_rank() == world_size() - 1) g[17] = NAN;
+    EXPECT_EQ(run.step(g), PGS_ERR_NONFINITE);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(run.resid[i], 0.0f);
+    g = normal_data(n, 61, world_rank(), 1);
+    EXPECT_EQ(run.step(g), PGS_OK);
+    EXPECT_EQ(run.stats.step, 0);
+  });
 }
 
 // Once the first call has checked the bucket, a NaN or Inf on one rank still
@@ -332,44 +356,49 @@ TEST_P(AlgoTest, NonFiniteFailsEverywhere) {
 // carry the flag in their first message and take the fused add back, which
 // restores the residual up to the rounding of r + g - g.
 TEST_P(AlgoTest, NonFiniteAfterFirstCallFailsEverywhere) {
-  const size_t n = 500;
-  Runner run(transport(), make_config(algo(), 0.1, 2), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 4; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 62, world_rank(), step)));
-    std::vector<float> kept = run.resid;
-    auto g = normal_data(n, 62, world_rank(), step + 10);
-    if (world_rank() == world_size() - 1)
-      g[(size_t)step * 7] = step % 2 ? INFINITY : NAN;
-    ASSERT_TRUE(run.step_all(g, PGS_ERR_NONFINITE)) << "step " << step;
-    const bool dense = step + 1 < 2;  // the failing call is call step + 1
-    for (size_t i = 0; i < n; ++i) {
-      const float add = std::isfinite(g[i]) ? std::fabs(g[i]) : 0.0f;
-      const float tol = dense ? 0.0f : FLT_EPSILON * (std::fabs(kept[i]) + add);
-      EXPECT_LE(std::fabs(run.resid[i] - kept[i]), tol)
-          << "step " << step << " i " << i;
+  on_every_rank([&] {
+    const size_t n = 500;
+    Runner run(transport(), make_config(algo(), 0.1, 2), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 4; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 62, world_rank(), step)));
+      std::vector<float> kept = run.resid;
+      auto g = normal_data(n, 62, world_rank(), step + 10);
+      if (world_rank() == world_size() - 1)
+        g[(size_t)step * 7] = step % 2 ? INFINITY : NAN;
+      ASSERT_TRUE(run.step_all(g, PGS_ERR_NONFINITE)) << "step " << step;
+      const bool dense = step + 1 < 2;  // the failing call is call step + 1
+      for (size_t i = 0; i < n; ++i) {
+        const float add = std::isfinite(g[i]) ? std::fabs(g[i]) : 0.0f;
+        const float tol =
+            dense ? 0.0f : FLT_EPSILON * (std::fabs(kept[i]) + add);
+        EXPECT_LE(std::fabs(run.resid[i] - kept[i]), tol)
+            << "step " << step << " i " << i;
+      }
     }
-  }
+  });
 }
 
 // PGS_FINITE_EXACT: the same failure, and the residual comes back bit for
 // bit after real sparse calls (the hooks' nonfinite="skip" policy).
 TEST_P(AlgoTest, NonFiniteExactRestoresResidualBits) {
-  const size_t n = 500;
-  pgs_config_t cfg = make_config(algo(), 0.1, 1, 3, 2);
-  cfg.check_finite = PGS_FINITE_EXACT;
-  Runner run(transport(), cfg, n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 5; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 63, world_rank(), step)));
-    std::vector<float> kept = run.resid;
-    auto g = normal_data(n, 63, world_rank(), step + 10);
-    if (world_rank() == 0) g[(size_t)step * 5] = step % 2 ? -INFINITY : NAN;
-    ASSERT_TRUE(run.step_all(g, PGS_ERR_NONFINITE)) << "step " << step;
-    EXPECT_EQ(std::memcmp(run.resid.data(), kept.data(), n * 4), 0) << step;
-  }
-  EXPECT_TRUE(run.step_all(normal_data(n, 63, world_rank(), 99)));
-  EXPECT_EQ(conservation_failures(run, n), 0);
+  on_every_rank([&] {
+    const size_t n = 500;
+    pgs_config_t cfg = make_config(algo(), 0.1, 1, 3, 2);
+    cfg.check_finite = PGS_FINITE_EXACT;
+    Runner run(transport(), cfg, n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 5; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 63, world_rank(), step)));
+      std::vector<float> kept = run.resid;
+      auto g = normal_data(n, 63, world_rank(), step + 10);
+      if (world_rank() == 0) g[(size_t)step * 5] = step % 2 ? -INFINITY : NAN;
+      ASSERT_TRUE(run.step_all(g, PGS_ERR_NONFINITE)) << "step " << step;
+      EXPECT_EQ(std::memcmp(run.resid.data(), kept.data(), n * 4), 0) << step;
+    }
+    EXPECT_TRUE(run.step_all(normal_data(n, 63, world_rank(), 99)));
+    EXPECT_EQ(conservation_failures(run, n), 0);
+  });
 }
 
 // Without check_finite nothing fails: a sparse call drops the non-finite
@@ -377,32 +406,37 @@ TEST_P(AlgoTest, NonFiniteExactRestoresResidualBits) {
 // rest of the call is exact), a dense call reduces it as it is (NaN there
 // on every rank, as DDP's own allreduce would give).
 TEST_P(AlgoTest, UncheckedNonFiniteIsDroppedOrReduced) {
-  const size_t n = 500;
-  pgs_config_t cfg = make_config(algo(), 0.1, 0);
-  cfg.check_finite = 0;
-  Runner run(transport(), cfg, n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 3; ++step) {
-    auto g = normal_data(n, 64, world_rank(), step);
-    const bool bad_rank = world_rank() == world_size() - 1;
-    const std::vector<float> kept = bad_rank ? run.resid : std::vector<float>{};
-    if (bad_rank) g[17] = NAN;
-    ASSERT_TRUE(run.step_all(g)) << "step " << step;
-    const bool dense = algo() == PGS_ALGO_DENSE;
-    for (size_t i = 0; i < n; ++i) {
-      EXPECT_TRUE(std::isfinite(run.resid[i])) << "step " << step << " i " << i;
-      if (!dense || i != 17) {
-        EXPECT_TRUE(std::isfinite(run.out[i])) << "step " << step << " i " << i;
+  on_every_rank([&] {
+    const size_t n = 500;
+    pgs_config_t cfg = make_config(algo(), 0.1, 0);
+    cfg.check_finite = 0;
+    Runner run(transport(), cfg, n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 3; ++step) {
+      auto g = normal_data(n, 64, world_rank(), step);
+      const bool bad_rank = world_rank() == world_size() - 1;
+      const std::vector<float> kept =
+          bad_rank ? run.resid : std::vector<float>{};
+      if (bad_rank) g[17] = NAN;
+      ASSERT_TRUE(run.step_all(g)) << "step " << step;
+      const bool dense = algo() == PGS_ALGO_DENSE;
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_TRUE(std::isfinite(run.resid[i]))
+            << "step " << step << " i " << i;
+        if (!dense || i != 17) {
+          EXPECT_TRUE(std::isfinite(run.out[i]))
+              << "step " << step << " i " << i;
+        }
+      }
+      if (dense) {
+        EXPECT_TRUE(std::isnan(run.out[17])) << "step " << step;
+      } else if (bad_rank && step > 0) {
+        // Entry 17 kept what it had: nothing was added to it.
+        EXPECT_TRUE(run.resid[17] == kept[17] || run.resid[17] == 0.0f)
+            << "step " << step;
       }
     }
-    if (dense) {
-      EXPECT_TRUE(std::isnan(run.out[17])) << "step " << step;
-    } else if (bad_rank && step > 0) {
-      // Entry 17 kept what it had: nothing was added to it.
-      EXPECT_TRUE(run.resid[17] == kept[17] || run.resid[17] == 0.0f)
-          << "step " << step;
-    }
-  }
+  });
 }
 
 // Transport calls of a steady call (no threshold recompute, no
@@ -426,64 +460,69 @@ int64_t steady_calls(pgs_algo_id_t algo, int P, bool dense_gather) {
 }
 
 TEST_P(AlgoTest, TransportCallBudgetIndependentOfN) {
-  const int P = world_size();
-  for (size_t n : {size_t{6000}, size_t{60000}}) {
-    Runner run(transport(), make_config(algo(), 0.01, 0, 1000, 1000), n);
-    ASSERT_TRUE(all_ranks(run.ok()));
-    int steady = 0;
-    for (int64_t step = 0; step < 20; ++step) {
-      auto g = normal_data(n, 81, world_rank(), step);
-      ASSERT_TRUE(run.step_all(g)) << "step " << step;
-      const pgs_stats_t &st = run.stats;
-      // TopkDSA gathers densely when the union is large.
-      const bool dense_gather = 3 * st.global_selected > (int64_t)n;
-      const int64_t want = steady_calls(algo(), P, dense_gather);
-      EXPECT_EQ(st.host_syncs, 0);  // host memory: nothing to wait for
-      // A local threshold recompute is local work; a global one and a
-      // repartition add collectives, and the first call adds the check.
-      if (step == 0) {
-        EXPECT_GT(st.transport_calls, want);
-        continue;
+  on_every_rank([&] {
+    const int P = world_size();
+    for (size_t n : {size_t{6000}, size_t{60000}}) {
+      Runner run(transport(), make_config(algo(), 0.01, 0, 1000, 1000), n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      int steady = 0;
+      for (int64_t step = 0; step < 20; ++step) {
+        auto g = normal_data(n, 81, world_rank(), step);
+        ASSERT_TRUE(run.step_all(g)) << "step " << step;
+        const pgs_stats_t &st = run.stats;
+        // TopkDSA gathers densely when the union is large.
+        const bool dense_gather = 3 * st.global_selected > (int64_t)n;
+        const int64_t want = steady_calls(algo(), P, dense_gather);
+        EXPECT_EQ(st.host_syncs, 0);  // host memory: nothing to wait for
+        // A local threshold recompute is local work; a global one and a
+        // repartition add collectives, and the first call adds the check.
+        if (step == 0) {
+          EXPECT_GT(st.transport_calls, want);
+          continue;
+        }
+        if (st.global_recomputed || st.repartitioned) continue;
+        EXPECT_EQ(st.transport_calls, want) << "n " << n << " step " << step;
+        ++steady;
       }
-      if (st.global_recomputed || st.repartitioned) continue;
-      EXPECT_EQ(st.transport_calls, want) << "n " << n << " step " << step;
-      ++steady;
+      EXPECT_GT(steady, 2) << "n " << n;
     }
-    EXPECT_GT(steady, 2) << "n " << n;
-  }
+  });
 }
 
 // Determinism: two buckets fed the same inputs give bitwise the same output
 // and residual at every step (fixed reduction orders, no races), threshold
 // reuse and repartitioning included.
 TEST_P(AlgoTest, SameInputsGiveSameBits) {
-  const size_t n = 3001;
-  Runner a(transport(), make_config(algo(), 0.03, 1, 4, 2), n);
-  Runner b(transport(), make_config(algo(), 0.03, 1, 4, 2), n);
-  ASSERT_TRUE(all_ranks(a.ok() && b.ok()));
-  for (int64_t step = 0; step < 15; ++step) {
-    auto g = normal_data(n, 97, world_rank(), step);
-    ASSERT_TRUE(a.step_all(g));
-    ASSERT_TRUE(b.step_all(g));
-    EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), n * 4), 0) << step;
-    EXPECT_EQ(std::memcmp(a.resid.data(), b.resid.data(), n * 4), 0) << step;
-  }
+  on_every_rank([&] {
+    const size_t n = 3001;
+    Runner a(transport(), make_config(algo(), 0.03, 1, 4, 2), n);
+    Runner b(transport(), make_config(algo(), 0.03, 1, 4, 2), n);
+    ASSERT_TRUE(all_ranks(a.ok() && b.ok()));
+    for (int64_t step = 0; step < 15; ++step) {
+      auto g = normal_data(n, 97, world_rank(), step);
+      ASSERT_TRUE(a.step_all(g));
+      ASSERT_TRUE(b.step_all(g));
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), n * 4), 0) << step;
+      EXPECT_EQ(std::memcmp(a.resid.data(), b.resid.data(), n * 4), 0) << step;
+    }
+  });
 }
 
 // Buckets of different sizes across ranks are rejected on every rank.
 TEST_P(AlgoTest, MismatchedSizesFailEverywhere) {
-  if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
-  const size_t n = 300 + (world_rank() == 1 ? 1 : 0);
-  Runner run(transport(), make_config(algo(), 0.1, 0), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  auto g = normal_data(n, 71, world_rank(), 0);
-  EXPECT_EQ(run.step(g), PGS_ERR_MISMATCH);
+  on_every_rank([&] {
+    if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
+    const size_t n = 300 + (world_rank() == 1 ? 1 : 0);
+    Runner run(transport(), make_config(algo(), 0.1, 0), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    auto g = normal_data(n, 71, world_rank(), 0);
+    EXPECT_EQ(run.step(g), PGS_ERR_MISMATCH);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(All, AlgoTest,
                          testing::Combine(testing::ValuesIn(kAllAlgos),
-                                          testing::Values(Transport::kMpi,
-                                                          Transport::kExt)),
+                                          testing::ValuesIn(all_transports())),
                          param_name);
 
 // ---- values on a narrow wire (fp16, bf16) --------------------------------
@@ -520,168 +559,185 @@ std::string wire_name(const testing::TestParamInfo<WireParam> &info) {
 // left out, so the invariant holds to fp32 rounding wherever sums are formed
 // in fp32, and to the wire type's where they are formed in it.
 TEST_P(WireTest, ConservationHolds) {
-  const size_t n = 4099;
-  const int P = world_size();
-  Runner run(transport(), config(0.02, 2, wire()), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 30; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 23, world_rank(), step)));
-    const bool wire_sum = (run.stats.dense || algo() == PGS_ALGO_GTOPK) &&
-                          transport() == Transport::kMpi;
-    const double rel = wire_sum && P > 1 ? eps() * P : 2e-6;
-    EXPECT_EQ(conservation_failures(run, n, rel), 0) << "step " << step;
-    if (P > 1) continue;
-    // Alone, the output is exactly what the wire carried.
-    int bad = 0;
-    for (size_t i = 0; i < n; ++i) bad += round(run.out[i]) != run.out[i];
-    EXPECT_EQ(bad, 0) << "step " << step;
-  }
+  on_every_rank([&] {
+    const size_t n = 4099;
+    const int P = world_size();
+    Runner run(transport(), config(0.02, 2, wire()), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 30; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 23, world_rank(), step)));
+      // Open MPI and the thread transport sum 16-bit values in their type;
+      // the test's ext transport widens them first.
+      const bool wire_sum = (run.stats.dense || algo() == PGS_ALGO_GTOPK) &&
+                            transport() != Transport::kExt;
+      const double rel = wire_sum && P > 1 ? eps() * P : 2e-6;
+      EXPECT_EQ(conservation_failures(run, n, rel), 0) << "step " << step;
+      if (P > 1) continue;
+      // Alone, the output is exactly what the wire carried.
+      int bad = 0;
+      for (size_t i = 0; i < n; ++i) bad += round(run.out[i]) != run.out[i];
+      EXPECT_EQ(bad, 0) << "step " << step;
+    }
+  });
 }
 
 // The same first call on an fp32 and a narrow wire: the value bytes halve,
 // so a pair costs 6 bytes instead of 8 and a dense value 2 instead of 4.
 TEST_P(WireTest, ValuesTakeHalfTheBytes) {
-  const int P = world_size();
-  if (P == 1) GTEST_SKIP() << "no data moves at P = 1";
-  const size_t n = 6007;
-  Runner wide(transport(), config(0.05, 0, PGS_FLOAT32), n);
-  Runner narrow(transport(), config(0.05, 0, wire()), n);
-  ASSERT_TRUE(all_ranks(wide.ok() && narrow.ok()));
-  auto g = normal_data(n, 41, world_rank(), 0);
-  ASSERT_TRUE(wide.step_all(g));
-  ASSERT_TRUE(narrow.step_all(g));
-  int64_t w32 = 0, w16 = 0;
-  for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
-    w32 += wide.stats.words_sent[p];
-    w16 += narrow.stats.words_sent[p];
-  }
-  ASSERT_GT(w32, 0);
-  const double ratio = static_cast<double>(w16) / static_cast<double>(w32);
-  if (algo() == PGS_ALGO_DENSE) {
-    // The test's ext transport has no 16-bit sum, so dense values travel
-    // as fp32 there (rounded all the same).
-    EXPECT_NEAR(ratio, transport() == Transport::kExt ? 1.0 : 0.5, 0.01);
-  } else if (algo() == PGS_ALGO_TOPKA || algo() == PGS_ALGO_GAUSSIANK) {
-    EXPECT_EQ(narrow.stats.local_selected, wide.stats.local_selected);
-    EXPECT_NEAR(ratio, 0.75, 0.01);
-  } else {
-    EXPECT_LT(ratio, 0.9);
-  }
+  on_every_rank([&] {
+    const int P = world_size();
+    if (P == 1) GTEST_SKIP() << "no data moves at P = 1";
+    const size_t n = 6007;
+    Runner wide(transport(), config(0.05, 0, PGS_FLOAT32), n);
+    Runner narrow(transport(), config(0.05, 0, wire()), n);
+    ASSERT_TRUE(all_ranks(wide.ok() && narrow.ok()));
+    auto g = normal_data(n, 41, world_rank(), 0);
+    ASSERT_TRUE(wide.step_all(g));
+    ASSERT_TRUE(narrow.step_all(g));
+    int64_t w32 = 0, w16 = 0;
+    for (int p = 0; p < PGS_PHASE_COUNT; ++p) {
+      w32 += wide.stats.words_sent[p];
+      w16 += narrow.stats.words_sent[p];
+    }
+    ASSERT_GT(w32, 0);
+    const double ratio = static_cast<double>(w16) / static_cast<double>(w32);
+    if (algo() == PGS_ALGO_DENSE) {
+      // The test's ext transport has no 16-bit sum, so dense values travel
+      // as fp32 there (rounded all the same).
+      EXPECT_NEAR(ratio, transport() == Transport::kExt ? 1.0 : 0.5, 0.01);
+    } else if (algo() == PGS_ALGO_TOPKA || algo() == PGS_ALGO_GAUSSIANK) {
+      EXPECT_EQ(narrow.stats.local_selected, wide.stats.local_selected);
+      EXPECT_NEAR(ratio, 0.75, 0.01);
+    } else {
+      EXPECT_LT(ratio, 0.9);
+    }
+  });
 }
 
 // TopkA against brute force: every rank's exact top-k, each value rounded to
 // the wire type by an independent oracle, summed over ranks.
 TEST_P(WireTest, TopkaMatchesRoundedBruteForce) {
-  if (algo() != PGS_ALGO_TOPKA) GTEST_SKIP() << "topka only";
-  const size_t n = 5003;
-  const int P = world_size();
-  const int64_t k = target_k(0.01, n);
-  Runner run(transport(), config(0.01, 0, wire()), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 6; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 83, world_rank(), step)));
-    std::vector<float> acc = allgather(run.acc);
-    std::vector<double> expect(n, 0.0), mag(n, 0.0);
-    for (int r = 0; r < P; ++r) {
-      auto mask = topk_mask(&acc[r * n], n, k);
+  on_every_rank([&] {
+    if (algo() != PGS_ALGO_TOPKA) GTEST_SKIP() << "topka only";
+    const size_t n = 5003;
+    const int P = world_size();
+    const int64_t k = target_k(0.01, n);
+    Runner run(transport(), config(0.01, 0, wire()), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 6; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 83, world_rank(), step)));
+      std::vector<float> acc = allgather(run.acc);
+      std::vector<double> expect(n, 0.0), mag(n, 0.0);
+      for (int r = 0; r < P; ++r) {
+        auto mask = topk_mask(&acc[r * n], n, k);
+        for (size_t i = 0; i < n; ++i)
+          if (mask[i]) {
+            expect[i] += round(acc[r * n + i]);
+            mag[i] += std::fabs(acc[r * n + i]);
+          }
+      }
+      int bad = 0;
       for (size_t i = 0; i < n; ++i)
-        if (mask[i]) {
-          expect[i] += round(acc[r * n + i]);
-          mag[i] += std::fabs(acc[r * n + i]);
-        }
+        if (std::fabs(expect[i] / P - run.out[i]) > 1e-6 * mag[i]) ++bad;
+      EXPECT_EQ(bad, 0) << "step " << step;
     }
-    int bad = 0;
-    for (size_t i = 0; i < n; ++i)
-      if (std::fabs(expect[i] / P - run.out[i]) > 1e-6 * mag[i]) ++bad;
-    EXPECT_EQ(bad, 0) << "step " << step;
-  }
+  });
 }
 
 // Ranks that disagree on the wire type fail on every rank, before a value
 // travels.
 TEST_P(WireTest, MismatchedWireFailsEverywhere) {
-  if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
-  const size_t n = 300;
-  Runner run(transport(),
-             config(0.1, 0, world_rank() == 1 ? PGS_FLOAT32 : wire()), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  EXPECT_EQ(run.step(normal_data(n, 72, world_rank(), 0)), PGS_ERR_MISMATCH);
+  on_every_rank([&] {
+    if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
+    const size_t n = 300;
+    Runner run(transport(),
+               config(0.1, 0, world_rank() == 1 ? PGS_FLOAT32 : wire()), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    EXPECT_EQ(run.step(normal_data(n, 72, world_rank(), 0)), PGS_ERR_MISMATCH);
+  });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, WireTest,
-    testing::Combine(testing::ValuesIn(kAllAlgos),
-                     testing::Values(PGS_FLOAT16, PGS_BFLOAT16),
-                     testing::Values(Transport::kMpi, Transport::kExt)),
-    wire_name);
+INSTANTIATE_TEST_SUITE_P(All, WireTest,
+                         testing::Combine(testing::ValuesIn(kAllAlgos),
+                                          testing::Values(PGS_FLOAT16,
+                                                          PGS_BFLOAT16),
+                                          testing::ValuesIn(all_transports())),
+                         wire_name);
 
 class TransportTest : public testing::TestWithParam<Transport> {};
 
 // topka equals the brute-force sum of every rank's exact top-k, over P.
 TEST_P(TransportTest, TopkaMatchesBruteForce) {
-  const size_t n = 5003;
-  const int P = world_size();
-  const int64_t k = target_k(0.01, n);
-  Runner run(GetParam(), make_config(PGS_ALGO_TOPKA, 0.01, 0), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 10; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 83, world_rank(), step)));
-    std::vector<float> acc = allgather(run.acc);
-    std::vector<float> expect(n, 0.0f);
-    for (int r = 0; r < P; ++r) {
-      auto mask = topk_mask(&acc[r * n], n, k);
+  on_every_rank([&] {
+    const size_t n = 5003;
+    const int P = world_size();
+    const int64_t k = target_k(0.01, n);
+    Runner run(GetParam(), make_config(PGS_ALGO_TOPKA, 0.01, 0), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 10; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 83, world_rank(), step)));
+      std::vector<float> acc = allgather(run.acc);
+      std::vector<float> expect(n, 0.0f);
+      for (int r = 0; r < P; ++r) {
+        auto mask = topk_mask(&acc[r * n], n, k);
+        for (size_t i = 0; i < n; ++i)
+          if (mask[i]) expect[i] += acc[r * n + i];
+      }
+      int bad = 0;
       for (size_t i = 0; i < n; ++i)
-        if (mask[i]) expect[i] += acc[r * n + i];
+        if (std::fabs(expect[i] / P - run.out[i]) >
+            1e-6f * std::fabs(expect[i]))
+          ++bad;
+      EXPECT_EQ(bad, 0) << "step " << step;
+      EXPECT_EQ(run.stats.local_selected, k);
     }
-    int bad = 0;
-    for (size_t i = 0; i < n; ++i)
-      if (std::fabs(expect[i] / P - run.out[i]) > 1e-6f * std::fabs(expect[i]))
-        ++bad;
-    EXPECT_EQ(bad, 0) << "step " << step;
-    EXPECT_EQ(run.stats.local_selected, k);
-  }
+  });
 }
 
 // gtopk: support of at most k entries, where the output is the exact average
 // of every rank's accumulator (the exactness fix).
 TEST_P(TransportTest, GtopkIsExactAtItsSupport) {
-  const size_t n = 4000;
-  const int P = world_size();
-  const int64_t k = target_k(0.01, n);
-  Runner run(GetParam(), make_config(PGS_ALGO_GTOPK, 0.01, 0), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 10; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 89, world_rank(), step)));
-    std::vector<float> acc = allgather(run.acc);
-    int64_t support = 0;
-    int bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (run.out[i] == 0.0f) continue;
-      ++support;
-      double sum = 0.0, mag = 0.0;
-      for (int r = 0; r < P; ++r)
-        sum += acc[r * n + i], mag += std::fabs(acc[r * n + i]);
-      // fp32 sums of values that nearly cancel: tolerance on the magnitudes.
-      if (std::fabs(sum / P - run.out[i]) > 1e-6 * mag) ++bad;
-      if (run.resid[i] != 0.0f) ++bad;
+  on_every_rank([&] {
+    const size_t n = 4000;
+    const int P = world_size();
+    const int64_t k = target_k(0.01, n);
+    Runner run(GetParam(), make_config(PGS_ALGO_GTOPK, 0.01, 0), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 10; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 89, world_rank(), step)));
+      std::vector<float> acc = allgather(run.acc);
+      int64_t support = 0;
+      int bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (run.out[i] == 0.0f) continue;
+        ++support;
+        double sum = 0.0, mag = 0.0;
+        for (int r = 0; r < P; ++r)
+          sum += acc[r * n + i], mag += std::fabs(acc[r * n + i]);
+        // fp32 sums of values that nearly cancel: tolerance on the magnitudes.
+        if (std::fabs(sum / P - run.out[i]) > 1e-6 * mag) ++bad;
+        if (run.resid[i] != 0.0f) ++bad;
+      }
+      EXPECT_EQ(bad, 0);
+      EXPECT_LE(support, k);
+      EXPECT_EQ(support, run.stats.global_selected);
     }
-    EXPECT_EQ(bad, 0);
-    EXPECT_LE(support, k);
-    EXPECT_EQ(support, run.stats.global_selected);
-  }
+  });
 }
 
 // gaussiank picks within [k/2, 2k] on every step.
 TEST_P(TransportTest, GaussiankCountsInBand) {
-  const size_t n = 20000;
-  const int64_t k = target_k(0.01, n);
-  Runner run(GetParam(), make_config(PGS_ALGO_GAUSSIANK, 0.01, 0), n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  for (int64_t step = 0; step < 10; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 97, world_rank(), step)));
-    EXPECT_GE(run.stats.local_selected, (k + 1) / 2);
-    EXPECT_LE(run.stats.local_selected, 2 * k);
-  }
+  on_every_rank([&] {
+    const size_t n = 20000;
+    const int64_t k = target_k(0.01, n);
+    Runner run(GetParam(), make_config(PGS_ALGO_GAUSSIANK, 0.01, 0), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    for (int64_t step = 0; step < 10; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 97, world_rank(), step)));
+      EXPECT_GE(run.stats.local_selected, (k + 1) / 2);
+      EXPECT_LE(run.stats.local_selected, 2 * k);
+    }
+  });
 }
 
 // Laplace data (scale 1): the distribution SIDCo's exponential fit assumes.
@@ -709,70 +765,73 @@ std::vector<float> heavy_data(size_t n, uint64_t seed, int rank) {
 // data, DGC's sample on either); the exact estimator never guesses (nor does
 // topkdsa's default, which is exact).
 TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
-  const size_t n = 200000;
-  const int64_t k = target_k(0.01, n);
-  struct Case {
-    pgs_estimator_t est;
-    int data;  // 0 normal, 1 Laplace, 2 heavy tails
-    bool first_guess_lands;
-  };
-  const Case cases[] = {{PGS_EST_GAUSSIAN, 0, true},
-                        {PGS_EST_DEFAULT, 0, true},
-                        {PGS_EST_SIDCO_EXP, 1, true},
-                        {PGS_EST_DGC_SAMPLE, 0, true},
-                        {PGS_EST_DGC_SAMPLE, 1, true},
-                        {PGS_EST_EXACT, 2, true},
-                        {PGS_EST_GAUSSIAN, 2, false},
-                        {PGS_EST_SIDCO_EXP, 2, false},
-                        {PGS_EST_DGC_SAMPLE, 2, false},
-                        {PGS_EST_SIDCO_EXP, 0, false},
-                        {PGS_EST_SIDCO_GP, 1, true},
-                        {PGS_EST_SIDCO_GAMMA, 1, true},
-                        {PGS_EST_SIDCO_EXP_MS, 1, true},
-                        {PGS_EST_SIDCO_GP_MS, 1, true},
-                        {PGS_EST_SIDCO_GAMMA_GP_MS, 1, true},
-                        {PGS_EST_SIDCO_GP, 0, false},
-                        {PGS_EST_SIDCO_GP, 2, false},
-                        {PGS_EST_SIDCO_GAMMA, 2, false},
-                        {PGS_EST_SIDCO_EXP_MS, 2, false},
-                        {PGS_EST_SIDCO_GP_MS, 2, false},
-                        {PGS_EST_SIDCO_GAMMA_GP_MS, 2, false},
-                        {PGS_EST_REUSE, 0, false},
-                        {PGS_EST_REUSE, 2, false}};
-  for (pgs_algo_id_t algo :
-       {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA, PGS_ALGO_OKTOPK})
-    for (const Case &c : cases) {
-      const bool guesses =
-          c.est != PGS_EST_EXACT &&
-          !(algo != PGS_ALGO_GAUSSIANK && c.est == PGS_EST_DEFAULT);
-      pgs_config_t cfg = make_config(algo, 0.01, 0);
-      cfg.estimator = c.est;
-      Runner run(GetParam(), cfg, n);
-      ASSERT_TRUE(all_ranks(run.ok()));
-      for (int64_t step = 0; step < 3; ++step) {
-        std::vector<float> g =
-            c.data == 0   ? normal_data(n, 13, world_rank(), step)
-            : c.data == 1 ? laplace_data(n, 13 + step, world_rank())
-                          : heavy_data(n, 13 + step, world_rank());
-        ASSERT_TRUE(run.step_all(g));
-        const std::string name =
-            std::string(pgs_algo_name(algo)) + "/" + pgs_estimator_name(c.est);
-        EXPECT_GE(run.stats.local_selected, (k + 1) / 2) << name;
-        EXPECT_LE(run.stats.local_selected, 2 * k) << name;
-        EXPECT_EQ(conservation_failures(run, n), 0) << name;
-        if (step == 0 && c.first_guess_lands) {
-          EXPECT_EQ(run.stats.estimate_corrections, 0) << name << " " << c.data;
-        }
-        if (c.est == PGS_EST_REUSE && step == 0) {  // nothing to reuse yet
-          EXPECT_EQ(run.stats.estimate_corrections, 0) << name;
-          EXPECT_EQ(run.stats.local_recomputed, 1) << name;
-        }
-        if (!guesses) {
-          EXPECT_EQ(run.stats.estimate_corrections, 0) << name;
-          EXPECT_EQ(run.stats.local_recomputed, 1) << name;
+  on_every_rank([&] {
+    const size_t n = 200000;
+    const int64_t k = target_k(0.01, n);
+    struct Case {
+      pgs_estimator_t est;
+      int data;  // 0 normal, 1 Laplace, 2 heavy tails
+      bool first_guess_lands;
+    };
+    const Case cases[] = {{PGS_EST_GAUSSIAN, 0, true},
+                          {PGS_EST_DEFAULT, 0, true},
+                          {PGS_EST_SIDCO_EXP, 1, true},
+                          {PGS_EST_DGC_SAMPLE, 0, true},
+                          {PGS_EST_DGC_SAMPLE, 1, true},
+                          {PGS_EST_EXACT, 2, true},
+                          {PGS_EST_GAUSSIAN, 2, false},
+                          {PGS_EST_SIDCO_EXP, 2, false},
+                          {PGS_EST_DGC_SAMPLE, 2, false},
+                          {PGS_EST_SIDCO_EXP, 0, false},
+                          {PGS_EST_SIDCO_GP, 1, true},
+                          {PGS_EST_SIDCO_GAMMA, 1, true},
+                          {PGS_EST_SIDCO_EXP_MS, 1, true},
+                          {PGS_EST_SIDCO_GP_MS, 1, true},
+                          {PGS_EST_SIDCO_GAMMA_GP_MS, 1, true},
+                          {PGS_EST_SIDCO_GP, 0, false},
+                          {PGS_EST_SIDCO_GP, 2, false},
+                          {PGS_EST_SIDCO_GAMMA, 2, false},
+                          {PGS_EST_SIDCO_EXP_MS, 2, false},
+                          {PGS_EST_SIDCO_GP_MS, 2, false},
+                          {PGS_EST_SIDCO_GAMMA_GP_MS, 2, false},
+                          {PGS_EST_REUSE, 0, false},
+                          {PGS_EST_REUSE, 2, false}};
+    for (pgs_algo_id_t algo :
+         {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA, PGS_ALGO_OKTOPK})
+      for (const Case &c : cases) {
+        const bool guesses =
+            c.est != PGS_EST_EXACT &&
+            !(algo != PGS_ALGO_GAUSSIANK && c.est == PGS_EST_DEFAULT);
+        pgs_config_t cfg = make_config(algo, 0.01, 0);
+        cfg.estimator = c.est;
+        Runner run(GetParam(), cfg, n);
+        ASSERT_TRUE(all_ranks(run.ok()));
+        for (int64_t step = 0; step < 3; ++step) {
+          std::vector<float> g =
+              c.data == 0   ? normal_data(n, 13, world_rank(), step)
+              : c.data == 1 ? laplace_data(n, 13 + step, world_rank())
+                            : heavy_data(n, 13 + step, world_rank());
+          ASSERT_TRUE(run.step_all(g));
+          const std::string name = std::string(pgs_algo_name(algo)) + "/" +
+                                   pgs_estimator_name(c.est);
+          EXPECT_GE(run.stats.local_selected, (k + 1) / 2) << name;
+          EXPECT_LE(run.stats.local_selected, 2 * k) << name;
+          EXPECT_EQ(conservation_failures(run, n), 0) << name;
+          if (step == 0 && c.first_guess_lands) {
+            EXPECT_EQ(run.stats.estimate_corrections, 0)
+                << name << " " << c.data;
+          }
+          if (c.est == PGS_EST_REUSE && step == 0) {  // nothing to reuse yet
+            EXPECT_EQ(run.stats.estimate_corrections, 0) << name;
+            EXPECT_EQ(run.stats.local_recomputed, 1) << name;
+          }
+          if (!guesses) {
+            EXPECT_EQ(run.stats.estimate_corrections, 0) << name;
+            EXPECT_EQ(run.stats.local_recomputed, 1) << name;
+          }
         }
       }
-    }
+  });
 }
 
 // SIDCo's stage adaptation on heavy tails (Student t, 2 degrees of
@@ -781,252 +840,269 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
 // guesses pick too many, and ends with first guesses in [k/2, 2k] (no
 // correction) more often than the one-stage fit, which never adapts.
 TEST_P(TransportTest, SidcoStagesAdaptOnHeavyTails) {
-  const size_t n = 100000;
-  const int64_t k = target_k(0.01, n);
-  int landed[2] = {0, 0}, most_stages = 0;
-  const pgs_estimator_t ests[2] = {PGS_EST_SIDCO_EXP, PGS_EST_SIDCO_EXP_MS};
-  for (int e = 0; e < 2; ++e) {
-    pgs_config_t cfg = make_config(PGS_ALGO_GAUSSIANK, 0.01, 0);
-    cfg.estimator = ests[e];
-    Runner run(GetParam(), cfg, n);
-    ASSERT_TRUE(all_ranks(run.ok()));
-    for (int64_t step = 0; step < 30; ++step) {
-      ASSERT_TRUE(run.step_all(heavy_data(n, 500 + step, world_rank())));
-      EXPECT_GE(run.stats.local_selected, (k + 1) / 2);
-      EXPECT_LE(run.stats.local_selected, 2 * k);
-      EXPECT_EQ(conservation_failures(run, n), 0);
-      if (step >= 15) landed[e] += run.stats.estimate_corrections == 0;
-      if (e == 1)
-        most_stages = std::max(most_stages, run.stats.estimate_stages);
-      if (e == 0) {
-        EXPECT_EQ(run.stats.estimate_stages, 1);
+  on_every_rank([&] {
+    const size_t n = 100000;
+    const int64_t k = target_k(0.01, n);
+    int landed[2] = {0, 0}, most_stages = 0;
+    const pgs_estimator_t ests[2] = {PGS_EST_SIDCO_EXP, PGS_EST_SIDCO_EXP_MS};
+    for (int e = 0; e < 2; ++e) {
+      pgs_config_t cfg = make_config(PGS_ALGO_GAUSSIANK, 0.01, 0);
+      cfg.estimator = ests[e];
+      Runner run(GetParam(), cfg, n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      for (int64_t step = 0; step < 30; ++step) {
+        ASSERT_TRUE(run.step_all(heavy_data(n, 500 + step, world_rank())));
+        EXPECT_GE(run.stats.local_selected, (k + 1) / 2);
+        EXPECT_LE(run.stats.local_selected, 2 * k);
+        EXPECT_EQ(conservation_failures(run, n), 0);
+        if (step >= 15) landed[e] += run.stats.estimate_corrections == 0;
+        if (e == 1)
+          most_stages = std::max(most_stages, run.stats.estimate_stages);
+        if (e == 0) {
+          EXPECT_EQ(run.stats.estimate_stages, 1);
+        }
       }
     }
-  }
-  EXPECT_GT(most_stages, 2) << "the stage count never grew";
-  EXPECT_GT(landed[1], landed[0]) << landed[0] << " vs " << landed[1];
+    EXPECT_GT(most_stages, 2) << "the stage count never grew";
+    EXPECT_GT(landed[1], landed[0]) << landed[0] << " vs " << landed[1];
+  });
 }
 
 // Ok-Topk on exact-threshold steps: the output support is the global top-k
 // of the reduced local selections (each rank's exact top-k), and the values
 // are those sums over P. Also checks the schedule of recomputes.
 TEST_P(TransportTest, OktopkSupportIsGlobalTopkOfReducedSelections) {
-  const size_t n = 16000;
-  const int P = world_size();
-  const int64_t k = target_k(0.02, n);
-  const int64_t tau_prime = 4, tau = 8;
-  Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, 0.02, 1, tau, tau_prime),
-             n);
-  ASSERT_TRUE(all_ranks(run.ok()));
-  int checked = 0;
-  for (int64_t step = 0; step < 26; ++step) {
-    ASSERT_TRUE(run.step_all(normal_data(n, 101, world_rank(), step)));
-    if (step < 1) continue;
-    const int64_t sparse = step - 1;
-    EXPECT_EQ(run.stats.repartitioned != 0, sparse % tau == 0) << step;
-    if (sparse % tau_prime == 0) {
-      EXPECT_TRUE(run.stats.local_recomputed);
-      EXPECT_TRUE(run.stats.global_recomputed);
+  on_every_rank([&] {
+    const size_t n = 16000;
+    const int P = world_size();
+    const int64_t k = target_k(0.02, n);
+    const int64_t tau_prime = 4, tau = 8;
+    Runner run(GetParam(),
+               make_config(PGS_ALGO_OKTOPK, 0.02, 1, tau, tau_prime), n);
+    ASSERT_TRUE(all_ranks(run.ok()));
+    int checked = 0;
+    for (int64_t step = 0; step < 26; ++step) {
+      ASSERT_TRUE(run.step_all(normal_data(n, 101, world_rank(), step)));
+      if (step < 1) continue;
+      const int64_t sparse = step - 1;
+      EXPECT_EQ(run.stats.repartitioned != 0, sparse % tau == 0) << step;
+      if (sparse % tau_prime == 0) {
+        EXPECT_TRUE(run.stats.local_recomputed);
+        EXPECT_TRUE(run.stats.global_recomputed);
+      }
+      if (sparse % tau_prime != 0 || run.stats.capped != 0 ||
+          run.stats.trimmed != 0)
+        continue;
+      // Everyone agrees on whether this step is checked (capping is per rank).
+      if (!all_ranks(run.stats.capped == 0)) continue;
+      std::vector<float> acc = allgather(run.acc);
+      std::vector<double> v(n, 0.0);
+      for (int r = 0; r < P; ++r) {
+        auto mask = topk_mask(&acc[r * n], n, k);
+        for (size_t i = 0; i < n; ++i)
+          if (mask[i]) v[i] += acc[r * n + i];
+      }
+      std::vector<double> mags;
+      for (double x : v)
+        if (x != 0.0) mags.push_back(std::fabs(x));
+      std::sort(mags.rbegin(), mags.rend());
+      double thr = static_cast<int64_t>(mags.size()) > k ? mags[k - 1] : 0.0;
+      int bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        bool expect = v[i] != 0.0 && std::fabs(v[i]) >= thr;
+        bool got = run.out[i] != 0.0f;
+        // Membership may differ only for sums within rounding of the threshold.
+        if (expect != got && std::fabs(std::fabs(v[i]) - thr) > 1e-5 * thr)
+          ++bad;
+        if (got &&
+            std::fabs(run.out[i] - v[i] / P) > 1e-5 * std::fabs(v[i] / P))
+          ++bad;
+      }
+      EXPECT_EQ(bad, 0) << "step " << step;
+      ++checked;
     }
-    if (sparse % tau_prime != 0 || run.stats.capped != 0 ||
-        run.stats.trimmed != 0)
-      continue;
-    // Everyone agrees on whether this step is checked (capping is per rank).
-    if (!all_ranks(run.stats.capped == 0)) continue;
-    std::vector<float> acc = allgather(run.acc);
-    std::vector<double> v(n, 0.0);
-    for (int r = 0; r < P; ++r) {
-      auto mask = topk_mask(&acc[r * n], n, k);
-      for (size_t i = 0; i < n; ++i)
-        if (mask[i]) v[i] += acc[r * n + i];
-    }
-    std::vector<double> mags;
-    for (double x : v)
-      if (x != 0.0) mags.push_back(std::fabs(x));
-    std::sort(mags.rbegin(), mags.rend());
-    double thr = static_cast<int64_t>(mags.size()) > k ? mags[k - 1] : 0.0;
-    int bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-      bool expect = v[i] != 0.0 && std::fabs(v[i]) >= thr;
-      bool got = run.out[i] != 0.0f;
-      // Membership may differ only for sums within rounding of the threshold.
-      if (expect != got && std::fabs(std::fabs(v[i]) - thr) > 1e-5 * thr) ++bad;
-      if (got && std::fabs(run.out[i] - v[i] / P) > 1e-5 * std::fabs(v[i] / P))
-        ++bad;
-    }
-    EXPECT_EQ(bad, 0) << "step " << step;
-    ++checked;
-  }
-  EXPECT_GE(checked, 4);
+    EXPECT_GE(checked, 4);
+  });
 }
 
 // Ok-Topk's measured words per rank stay below 6k(P-1)/P on every step, for
 // sizes from tiny k to a realistic bucket, and the phase-1 caps and phase-2
 // trim leave the invariant intact.
 TEST_P(TransportTest, OktopkVolumeBelowBound) {
-  const int P = world_size();
-  if (P == 1) GTEST_SKIP() << "no communication at P = 1";
-  struct Case {
-    size_t n;
-    double d;
-  } cases[] = {{50000, 0.01}, {20000, 0.001}, {3000, 0.0005}, {800, 0.05}};
-  for (auto c : cases) {
-    Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, c.d, 1, 6, 3), c.n);
-    ASSERT_TRUE(all_ranks(run.ok()));
-    for (int64_t step = 0; step < 14; ++step) {
-      // Skewed data: a hot spot whose position drifts, so regions go stale.
-      auto g = normal_data(c.n, 107, world_rank(), step);
-      size_t hot = (step * c.n / 13) % c.n;
-      for (size_t i = hot; i < std::min(c.n, hot + c.n / 20); ++i) g[i] *= 8.0f;
-      ASSERT_TRUE(run.step_all(g));
-      if (step == 0) continue;
-      int64_t sent = 0, recv = 0;
-      for (int ph = 0; ph < PGS_PHASE_COUNT; ++ph)
-        sent += run.stats.words_sent[ph], recv += run.stats.words_recv[ph];
-      const double bound = run.stats.words_upper_bound;
-      EXPECT_LT(sent, bound) << "n=" << c.n << " step " << step;
-      EXPECT_LT(recv, bound) << "n=" << c.n << " step " << step;
-      EXPECT_DOUBLE_EQ(bound, 6.0 * run.stats.k * (P - 1) / P);
-      EXPECT_EQ(conservation_failures(run, c.n), 0);
+  on_every_rank([&] {
+    const int P = world_size();
+    if (P == 1) GTEST_SKIP() << "no communication at P = 1";
+    struct Case {
+      size_t n;
+      double d;
+    } cases[] = {{50000, 0.01}, {20000, 0.001}, {3000, 0.0005}, {800, 0.05}};
+    for (auto c : cases) {
+      Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, c.d, 1, 6, 3), c.n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      for (int64_t step = 0; step < 14; ++step) {
+        // Skewed data: a hot spot whose position drifts, so regions go stale.
+        auto g = normal_data(c.n, 107, world_rank(), step);
+        size_t hot = (step * c.n / 13) % c.n;
+        for (size_t i = hot; i < std::min(c.n, hot + c.n / 20); ++i)
+          g[i] *= 8.0f;
+        ASSERT_TRUE(run.step_all(g));
+        if (step == 0) continue;
+        int64_t sent = 0, recv = 0;
+        for (int ph = 0; ph < PGS_PHASE_COUNT; ++ph)
+          sent += run.stats.words_sent[ph], recv += run.stats.words_recv[ph];
+        const double bound = run.stats.words_upper_bound;
+        EXPECT_LT(sent, bound) << "n=" << c.n << " step " << step;
+        EXPECT_LT(recv, bound) << "n=" << c.n << " step " << step;
+        EXPECT_DOUBLE_EQ(bound, 6.0 * run.stats.k * (P - 1) / P);
+        EXPECT_EQ(conservation_failures(run, c.n), 0);
+      }
     }
-  }
+  });
 }
 
 // A bucket restored from another's residual and state continues exactly as
 // the original would have (the checkpoint / state_dict path).
 TEST_P(TransportTest, RestoredBucketResumesIdentically) {
-  const size_t n = 6000;
-  const int P = world_size();
-  for (pgs_algo_id_t algo : kAllAlgos) {
-    pgs_config_t cfg = make_config(algo, 0.02, 1, 4, 3);
-    Runner a(GetParam(), cfg, n);
-    ASSERT_TRUE(all_ranks(a.ok()));
-    for (int64_t step = 0; step < 7; ++step)
-      ASSERT_TRUE(a.step_all(normal_data(n, 113, world_rank(), step)));
-    pgs_bucket_state_t st;
-    std::vector<int64_t> bounds(P + 1, -1);
-    ASSERT_EQ(pgs_bucket_get_state(a.bucket(), &st, bounds.data()), PGS_OK);
-    EXPECT_EQ(st.step, 7);
-    Runner b(GetParam(), cfg, n);
-    ASSERT_TRUE(all_ranks(b.ok()));
-    ASSERT_EQ(pgs_bucket_set_residual(b.bucket(), a.resid.data()), PGS_OK);
-    ASSERT_EQ(pgs_bucket_set_state(b.bucket(), &st, bounds.data()), PGS_OK);
-    for (int64_t step = 7; step < 14; ++step) {
-      auto g = normal_data(n, 113, world_rank(), step);
-      ASSERT_TRUE(a.step_all(g));
-      ASSERT_TRUE(b.step_all(g));
-      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), n * sizeof(float)), 0)
-          << pgs_algo_name(algo) << " step " << step;
-      EXPECT_EQ(std::memcmp(a.resid.data(), b.resid.data(), n * sizeof(float)),
-                0);
+  on_every_rank([&] {
+    const size_t n = 6000;
+    const int P = world_size();
+    for (pgs_algo_id_t algo : kAllAlgos) {
+      pgs_config_t cfg = make_config(algo, 0.02, 1, 4, 3);
+      Runner a(GetParam(), cfg, n);
+      ASSERT_TRUE(all_ranks(a.ok()));
+      for (int64_t step = 0; step < 7; ++step)
+        ASSERT_TRUE(a.step_all(normal_data(n, 113, world_rank(), step)));
+      pgs_bucket_state_t st;
+      std::vector<int64_t> bounds(P + 1, -1);
+      ASSERT_EQ(pgs_bucket_get_state(a.bucket(), &st, bounds.data()), PGS_OK);
+      EXPECT_EQ(st.step, 7);
+      Runner b(GetParam(), cfg, n);
+      ASSERT_TRUE(all_ranks(b.ok()));
+      ASSERT_EQ(pgs_bucket_set_residual(b.bucket(), a.resid.data()), PGS_OK);
+      ASSERT_EQ(pgs_bucket_set_state(b.bucket(), &st, bounds.data()), PGS_OK);
+      for (int64_t step = 7; step < 14; ++step) {
+        auto g = normal_data(n, 113, world_rank(), step);
+        ASSERT_TRUE(a.step_all(g));
+        ASSERT_TRUE(b.step_all(g));
+        EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), n * sizeof(float)), 0)
+            << pgs_algo_name(algo) << " step " << step;
+        EXPECT_EQ(
+            std::memcmp(a.resid.data(), b.resid.data(), n * sizeof(float)), 0);
+      }
+      // Bounds that do not partition [0, n) are refused.
+      if (algo == PGS_ALGO_OKTOPK && st.have_bounds) {
+        std::vector<int64_t> bad = bounds;
+        bad[P] = static_cast<int64_t>(n) + 1;
+        EXPECT_EQ(pgs_bucket_set_state(b.bucket(), &st, bad.data()),
+                  PGS_ERR_INVALID);
+      }
     }
-    // Bounds that do not partition [0, n) are refused.
-    if (algo == PGS_ALGO_OKTOPK && st.have_bounds) {
-      std::vector<int64_t> bad = bounds;
-      bad[P] = static_cast<int64_t>(n) + 1;
-      EXPECT_EQ(pgs_bucket_set_state(b.bucket(), &st, bad.data()),
-                PGS_ERR_INVALID);
-    }
-  }
+  });
 }
 
 // pgs_bucket_scale_residual multiplies each entry in place (the oracle: the
 // residual read out and multiplied here), leaves a zero residual zero, and
 // refuses a missing factor.
 TEST_P(TransportTest, ScaleResidualMultipliesEachEntry) {
-  const size_t n = 3000;
-  pgs_config_t cfg = make_config(PGS_ALGO_OKTOPK, 0.02, 0, 4, 3);
-  Runner a(GetParam(), cfg, n);
-  ASSERT_TRUE(all_ranks(a.ok()));
-  std::vector<float> f = normal_data(n, 7, world_rank(), 99), r(n), got(n);
-  ASSERT_EQ(pgs_bucket_scale_residual(a.bucket(), f.data()), PGS_OK);
-  ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), got.data()), PGS_OK);
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 0.0f) << i;
-  for (int64_t step = 0; step < 3; ++step)
-    ASSERT_TRUE(a.step_all(normal_data(n, 17, world_rank(), step)));
-  ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), r.data()), PGS_OK);
-  size_t nonzero = 0;
-  for (float v : r) nonzero += v != 0.0f;
-  ASSERT_GT(nonzero, n / 2);
-  ASSERT_EQ(pgs_bucket_scale_residual(a.bucket(), f.data()), PGS_OK);
-  ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), got.data()), PGS_OK);
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], r[i] * f[i]) << i;
-  EXPECT_EQ(pgs_bucket_scale_residual(a.bucket(), nullptr), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_bucket_scale_residual(nullptr, f.data()), PGS_ERR_INVALID);
+  on_every_rank([&] {
+    const size_t n = 3000;
+    pgs_config_t cfg = make_config(PGS_ALGO_OKTOPK, 0.02, 0, 4, 3);
+    Runner a(GetParam(), cfg, n);
+    ASSERT_TRUE(all_ranks(a.ok()));
+    std::vector<float> f = normal_data(n, 7, world_rank(), 99), r(n), got(n);
+    ASSERT_EQ(pgs_bucket_scale_residual(a.bucket(), f.data()), PGS_OK);
+    ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), got.data()), PGS_OK);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+    for (int64_t step = 0; step < 3; ++step)
+      ASSERT_TRUE(a.step_all(normal_data(n, 17, world_rank(), step)));
+    ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), r.data()), PGS_OK);
+    size_t nonzero = 0;
+    for (float v : r) nonzero += v != 0.0f;
+    ASSERT_GT(nonzero, n / 2);
+    ASSERT_EQ(pgs_bucket_scale_residual(a.bucket(), f.data()), PGS_OK);
+    ASSERT_EQ(pgs_bucket_get_residual(a.bucket(), got.data()), PGS_OK);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], r[i] * f[i]) << i;
+    EXPECT_EQ(pgs_bucket_scale_residual(a.bucket(), nullptr), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_bucket_scale_residual(nullptr, f.data()), PGS_ERR_INVALID);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(All, TransportTest,
-                         testing::Values(Transport::kMpi, Transport::kExt),
+                         testing::ValuesIn(all_transports()),
                          [](const testing::TestParamInfo<Transport> &i) {
                            return transport_name(i.param);
                          });
 
 // Configuration errors are reported at creation, not at the first call.
 TEST(BucketConfig, RejectsBadConfiguration) {
-  CommPtr comm = make_comm(Transport::kMpi);
-  ASSERT_TRUE(comm);
-  pgs_bucket_t *b = nullptr;
-  for (double d : {0.0, -0.5, 1.5, std::nan("")}) {
-    pgs_config_t c = make_config(PGS_ALGO_OKTOPK, d, 0);
+  on_every_rank([&] {
+    CommPtr comm = make_comm(all_transports()[0]);
+    ASSERT_TRUE(comm);
+    pgs_bucket_t *b = nullptr;
+    for (double d : {0.0, -0.5, 1.5, std::nan("")}) {
+      pgs_config_t c = make_config(PGS_ALGO_OKTOPK, d, 0);
+      EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+                PGS_ERR_INVALID);
+      EXPECT_EQ(b, nullptr);
+    }
+    pgs_config_t c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 0, &b),
+              PGS_ERR_UNSUPPORTED);
+    c.tau = 0;
     EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+              PGS_ERR_INVALID);
+    c = make_config(PGS_ALGO_TOPKA, 0.1, 0);
+    for (int bad : {-1, PGS_FINITE_EXACT + 1}) {
+      c.check_finite = bad;
+      EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+                PGS_ERR_INVALID);
+    }
+    c = make_config(static_cast<pgs_algo_id_t>(PGS_ALGO_COUNT), 0.1, 0);
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+              PGS_ERR_INVALID);
+    c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+    c.struct_size = 8;
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+              PGS_ERR_INVALID);
+    // Values travel as fp32, fp16 or bf16, nothing else (99 stored as an int:
+    // not a value of the C++ enum, as a C caller could pass it).
+    c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+    for (int bad : {int{PGS_INT64}, int{PGS_FLOAT64}, 99}) {
+      std::memcpy(&c.wire_dtype, &bad, sizeof bad);
+      EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
+                PGS_ERR_UNSUPPORTED);
+    }
+    // An ops table that lacks a function (an embedder's, written against an
+    // older header) is refused at creation, never called.
+    c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
+    pgs_ops_t partial = *pgs_ops_cpu();
+    partial.accumulate_select = nullptr;
+    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), &partial, 100, &b),
               PGS_ERR_INVALID);
     EXPECT_EQ(b, nullptr);
-  }
-  pgs_config_t c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 0, &b),
-            PGS_ERR_UNSUPPORTED);
-  c.tau = 0;
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
-            PGS_ERR_INVALID);
-  c = make_config(PGS_ALGO_TOPKA, 0.1, 0);
-  for (int bad : {-1, PGS_FINITE_EXACT + 1}) {
-    c.check_finite = bad;
-    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
-              PGS_ERR_INVALID);
-  }
-  c = make_config(static_cast<pgs_algo_id_t>(PGS_ALGO_COUNT), 0.1, 0);
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
-            PGS_ERR_INVALID);
-  c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
-  c.struct_size = 8;
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
-            PGS_ERR_INVALID);
-  // Values travel as fp32, fp16 or bf16, nothing else (99 stored as an int:
-  // not a value of the C++ enum, as a C caller could pass it).
-  c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
-  for (int bad : {int{PGS_INT64}, int{PGS_FLOAT64}, 99}) {
-    std::memcpy(&c.wire_dtype, &bad, sizeof bad);
-    EXPECT_EQ(pgs_bucket_create(&c, comm.get(), pgs_ops_cpu(), 100, &b),
-              PGS_ERR_UNSUPPORTED);
-  }
-  // An ops table that lacks a function (an embedder's, written against an
-  // older header) is refused at creation, never called.
-  c = make_config(PGS_ALGO_OKTOPK, 0.1, 0);
-  pgs_ops_t partial = *pgs_ops_cpu();
-  partial.accumulate_select = nullptr;
-  EXPECT_EQ(pgs_bucket_create(&c, comm.get(), &partial, 100, &b),
-            PGS_ERR_INVALID);
-  EXPECT_EQ(b, nullptr);
+  });
 }
 
 TEST(BucketConfig, EstimatorNamesRoundTrip) {
-  for (int i = 0; i < PGS_EST_COUNT; ++i) {
+  on_every_rank([&] {
+    for (int i = 0; i < PGS_EST_COUNT; ++i) {
+      pgs_estimator_t id;
+      const char *name = pgs_estimator_name(static_cast<pgs_estimator_t>(i));
+      ASSERT_NE(name, nullptr);
+      EXPECT_EQ(pgs_estimator_from_name(name, &id), PGS_OK);
+      EXPECT_EQ(id, i);
+    }
     pgs_estimator_t id;
-    const char *name = pgs_estimator_name(static_cast<pgs_estimator_t>(i));
-    ASSERT_NE(name, nullptr);
-    EXPECT_EQ(pgs_estimator_from_name(name, &id), PGS_OK);
-    EXPECT_EQ(id, i);
-  }
-  pgs_estimator_t id;
-  EXPECT_EQ(pgs_estimator_from_name("nope", &id), PGS_ERR_INVALID);
-  EXPECT_EQ(pgs_estimator_name(PGS_EST_COUNT), nullptr);
-  CommPtr comm = make_comm(Transport::kMpi);
-  pgs_config_t cfg = PGS_CONFIG_INIT;
-  cfg.estimator = PGS_EST_COUNT;
-  pgs_bucket_t *b = nullptr;
-  EXPECT_EQ(pgs_bucket_create(&cfg, comm.get(), pgs_ops_cpu(), 100, &b),
-            PGS_ERR_INVALID);
-  EXPECT_EQ(b, nullptr);
+    EXPECT_EQ(pgs_estimator_from_name("nope", &id), PGS_ERR_INVALID);
+    EXPECT_EQ(pgs_estimator_name(PGS_EST_COUNT), nullptr);
+    CommPtr comm = make_comm(all_transports()[0]);
+    pgs_config_t cfg = PGS_CONFIG_INIT;
+    cfg.estimator = PGS_EST_COUNT;
+    pgs_bucket_t *b = nullptr;
+    EXPECT_EQ(pgs_bucket_create(&cfg, comm.get(), pgs_ops_cpu(), 100, &b),
+              PGS_ERR_INVALID);
+    EXPECT_EQ(b, nullptr);
+  });
 }
 
 TEST(BucketConfig, AlgorithmNamesRoundTrip) {
