@@ -39,7 +39,6 @@ from . import _C
 CANDIDATES = ("oktopk", "topka", "gtopk", "gaussiank", "topkdsa")
 INTERVAL = 100  # calls of a bucket between two decisions, by default
 _PROBE_VALUES = 1 << 20  # 4 MB: bandwidth-bound on any link slower than memory
-_SMALL_VALUES = 1 << 14  # a bucket whose calls cost their overhead alone
 _HYSTERESIS = 0.9  # switch only for a predicted gain above 10%
 # With a density range: the densest choice predicted within this factor of
 # the fastest, and the grid of densities tried (geometric, both ends in).
@@ -84,15 +83,9 @@ class Link:
     beta_bytes_s: float
 
 
-def predict(method: str, p: int, n: int, k: int, link: Link, select_s: float,
-            overhead_s: dict[str, float] | None = None) -> float:
-    """Modelled seconds of one call of ``method`` on a bucket of n values;
-    ``overhead_s``: measured per-call overheads, where larger than the
-    rounds' latency."""
-    fixed = rounds(method, p) * link.alpha_s
-    if overhead_s is not None:
-        fixed = max(fixed, overhead_s.get(method, 0.0))
-    wire = fixed + 4.0 * words(method, p, n, k) / link.beta_bytes_s
+def predict(method: str, p: int, n: int, k: int, link: Link, select_s: float) -> float:
+    """Modelled seconds of one call of ``method`` on a bucket of n values."""
+    wire = rounds(method, p) * link.alpha_s + 4.0 * words(method, p, n, k) / link.beta_bytes_s
     return wire if method == "dense" else wire + select_s * n
 
 
@@ -151,39 +144,6 @@ def measure_select(grad: torch.Tensor, k: int, group: Any) -> float:
     return _agreed([per_value], group)[0]
 
 
-def measure_overhead(methods: Sequence[str], group: Any, device: torch.device,
-                     density: float, link: Link, select_s: float) -> dict[str, float]:
-    """Per-call overhead of each method (``"dense"`` too): the time of a call
-    on a small bucket of ``device`` tensors through the group's backend,
-    less the model's bandwidth and selection terms at that size (slowest
-    rank). Collective: every rank runs the same calls."""
-    n = _SMALL_VALUES
-    k = max(1, round(density * n))
-    p = dist.get_world_size(group)
-    backend = group._get_backend(device)
-    cuda = device.type == "cuda"
-    grad = torch.randn(n, generator=torch.Generator().manual_seed(7)).to(device)
-    times = []
-    for m in methods:
-        cfg = _C.BucketConfig()
-        cfg.algo, cfg.density, cfg.warmup_steps = m, density, 0
-        bucket = _C.SparseBucket(backend, n, cfg)
-        x = grad.clone()
-
-        def call(bucket: Any = bucket, x: torch.Tensor = x) -> None:
-            x.copy_(grad)
-            bucket.allreduce(x).wait()
-
-        call()
-        times.append(_timed(call, 3, cuda))
-    times = _agreed(times, group)
-    out = {}
-    for m, t in zip(methods, times):
-        rest = 4.0 * words(m, p, n, k) / link.beta_bytes_s + (0.0 if m == "dense" else select_s * n)
-        out[m] = max(0.0, t - rest)
-    return out
-
-
 @dataclass
 class BucketChoice:
     """One bucket's decision and what it rests on."""
@@ -217,10 +177,6 @@ class AutoChooser:
         self.density_range = density_range
         self.link = None if link is None else Link(float(link[0]), float(link[1]))
         self.select_s: float | None = None
-        # Measured per-call overheads (with a measured link only: a given
-        # link keeps the model as written).
-        self.overhead_s: dict[str, float] | None = None
-        self._measure_overhead = link is None
         self.buckets: dict[int, BucketChoice] = {}
 
     def create(self, index: int, grad: torch.Tensor, density: float, group: Any,
@@ -239,13 +195,10 @@ class AutoChooser:
             self.link = measure_link(group, grad.device)
         if self.select_s is None:
             self.select_s = measure_select(grad, max(1, round(density * n)), group)
-        if self._measure_overhead and self.overhead_s is None:
-            self.overhead_s = measure_overhead(("dense", *self.candidates), group, grad.device,
-                                               density, self.link, self.select_s)
         p = dist.get_world_size(group)
         d = self._density_for(n, p, density)
         k = max(1, round(d * n))
-        pred = {m: predict(m, p, n, k, self.link, self.select_s, self.overhead_s)
+        pred = {m: predict(m, p, n, k, self.link, self.select_s)
                 for m in ("dense", *self.candidates)}
         algo = min(self.candidates, key=lambda m: pred[m])
         self.buckets[index] = BucketChoice(algo, pred["dense"] <= pred[algo], d, pred)
@@ -260,8 +213,7 @@ class AutoChooser:
             return density
         lo, hi = self.density_range
         grid = [lo * (hi / lo) ** (i / (_DENSITY_POINTS - 1)) for i in range(_DENSITY_POINTS)]
-        best = {d: min(predict(m, p, n, max(1, round(d * n)), self.link, self.select_s,
-                               self.overhead_s)
+        best = {d: min(predict(m, p, n, max(1, round(d * n)), self.link, self.select_s)
                        for m in self.candidates) for d in grid}
         fastest = min(best.values())
         return max(d for d, t in best.items() if t <= _DENSITY_SLACK * fastest)
@@ -306,7 +258,6 @@ class AutoChooser:
                "auto_predicted_s": c.expected(c.method()),
                "auto_measured_s": c.measured_s, "auto_error": c.error}
         out.update({f"auto_model_{m}_s": v for m, v in c.predicted.items()})
-        out.update({f"auto_overhead_{m}_s": v for m, v in (self.overhead_s or {}).items()})
         return out
 
     def saved(self, index: int) -> dict[str, Any] | None:

@@ -31,24 +31,6 @@ def test_model_matches_the_formulas():
         min(_auto.predict(a, p, n, k, fast, 2e-9) for a in _auto.CANDIDATES)
 
 
-def test_overhead_replaces_latency_when_larger():
-    # NVLink-like: 27.5M values at density 0.01 on 2 GPUs, no selection
-    # cost. By bytes and rounds alone Ok-Topk wins; a measured per-call
-    # overhead of 1 ms against dense's 50 us makes dense the choice.
-    link = _auto.Link(alpha_s=10e-6, beta_bytes_s=150e9)
-    p, n = 2, 27_500_000
-    k = n // 100
-    assert _auto.predict("oktopk", p, n, k, link, 0.0) < _auto.predict("dense", p, n, k, link, 0.0)
-    over = {"dense": 50e-6, **{m: 1e-3 for m in _auto.CANDIDATES}}
-    dense = _auto.predict("dense", p, n, k, link, 0.0, over)
-    assert dense == pytest.approx(50e-6 + 4 * (2 * 0.5 * n) / 150e9)
-    assert dense < min(_auto.predict(m, p, n, k, link, 0.0, over) for m in _auto.CANDIDATES)
-    # An overhead below the rounds' latency leaves the latency term.
-    tiny = {"dense": 1e-9}
-    assert _auto.predict("dense", p, n, k, link, 0.0, tiny) == \
-        pytest.approx(_auto.predict("dense", p, n, k, link, 0.0))
-
-
 @pytest.mark.parametrize("kwargs,match", [
     ({"auto_algos": ("dense",)}, "auto_algos"),
     ({"auto_algos": ()}, "auto_algos"),
