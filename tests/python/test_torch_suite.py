@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 SUITE = Path(__file__).resolve().parents[1] / "torch_suite"
 # PGS_TORCH_SUITE_WORLD=3 runs the full lists at world size 3 (the same 86 tests).
@@ -55,11 +56,7 @@ CUDA_TESTS = ["test_all_reduce_sum_cuda", "test_all_reduce_sum_cuda_async",
 RUNS = {WORLD: (WORLD, selected(WORLD, _QUICK))}
 if WORLD == "2":
     RUNS["3"] = ("3", selected("3", _QUICK_W3))
-try:
-    import torch
-    _NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
-except ImportError:  # pragma: no cover - torch is a requirement
-    _NGPU = 0
+_NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
 if _NGPU >= 2:
     RUNS["2-cuda"] = ("2", ["test_zz_groups_are_sparse", *CUDA_TESTS])
 
