@@ -136,7 +136,7 @@ __global__ void check_count_kernel(const ulonglong2 *total,
                                    unsigned long long quota,
                                    unsigned long long expect, unsigned *err) {
   const ulonglong2 t = *total;
-  if (t.x + (t.y < quota ? t.y : quota) != expect) atomicOr(err, 1u);
+  if (t.x + (t.y < quota ? t.y : quota) != expect) atomicOr(err, kErrContract);
 }
 
 // merge_pairs. Elements [0, a_span) are list a (tile-aligned), the rest list
@@ -268,6 +268,27 @@ int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
       total, quota, expect, static_cast<unsigned *>(c->err_dev.ptr));
   PGS_LAUNCHED();
   c->err_pending = true;
+  return PGS_OK;
+}
+
+size_t compact_scratch_bytes(size_t n) {
+  Carve measure(nullptr);
+  TileScratch ts;
+  ts.carve(measure, tiles_for(n));
+  return measure.bytes();
+}
+
+int compact_queue(Ctx *c, const float *x, size_t n, float thr, int32_t *idx,
+                  float *val, size_t cap, void *scratch,
+                  const ulonglong2 **total) {
+  const unsigned long long ntiles = tiles_for(n);
+  Carve cv(scratch);
+  TileScratch ts;
+  ts.carve(cv, ntiles);
+  const Selector sel{thr, quota_of(-1)};
+  const CompactOp op{x, n, sel, 0u, idx, val, cap};
+  PGS_RETURN_IF(tile_select(c, ntiles, op, op, ts));
+  *total = ts.offs + ntiles;
   return PGS_OK;
 }
 

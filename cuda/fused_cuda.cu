@@ -106,6 +106,47 @@ int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                  static_cast<size_t>(*count_host), nullptr);
 }
 
+int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
+                   float thr, int32_t *idx, float *val, size_t cap, size_t k,
+                   pgs_fused_t *out) {
+  if (out == nullptr) return PGS_ERR_INVALID;
+  *out = pgs_fused_t{0, 0, -1.0f, 0};
+  // Without a list to read, the plain fused pass.
+  if (k < 1 || cap < k || n == 0)
+    return accumulate_select(ops, r, g, n, thr, idx, val, cap, &out->count,
+                             &out->nonfinite);
+  if (r == nullptr || g == nullptr || idx == nullptr || val == nullptr)
+    return PGS_ERR_INVALID;
+  if (n > static_cast<size_t>(INT32_MAX) + 1u) return PGS_ERR_UNSUPPORTED;
+  PGS_ENTER(ops, c);
+  PGS_RETURN_IF(ensure_device(&c->small, kFusedOutOffset + sizeof(FusedOut)));
+  auto *fo = reinterpret_cast<FusedOut *>(static_cast<char *>(c->small.ptr) +
+                                          kFusedOutOffset);
+  // One scratch for the compaction's tiles, then the select's candidates:
+  // grown before anything is queued, as growing frees the old buffer.
+  const size_t tile_bytes = (compact_scratch_bytes(n) + 255) & ~size_t{255};
+  PGS_RETURN_IF(
+      ensure_device(&c->work, tile_bytes + kth_list_scratch_bytes(cap)));
+  PGS_CU(cudaMemsetAsync(fo, 0, 2 * sizeof(unsigned long long), c->stream));
+  fused_add_kernel<<<grid_for(c, fused_add_kernel, n, 4), kThreads, 0,
+                     c->stream>>>(r, g, n, thr, &fo->nonfinite);
+  PGS_LAUNCHED();
+  const ulonglong2 *total = nullptr;
+  PGS_RETURN_IF(
+      compact_queue(c, r, n, thr, idx, val, cap, c->work.ptr, &total));
+  PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total,
+                               static_cast<char *>(c->work.ptr) + tile_bytes,
+                               fo));
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, fo, sizeof(FusedOut), &host));
+  const auto *h = static_cast<const FusedOut *>(host);
+  out->nonfinite = static_cast<int64_t>(h->nonfinite);
+  out->count = static_cast<int64_t>(h->count);
+  out->kth = h->kth;
+  out->n_gt = static_cast<int64_t>(h->n_gt);
+  return PGS_OK;
+}
+
 int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n) {
   if ((r == nullptr || g == nullptr) && n > 0) return PGS_ERR_INVALID;
   if (n == 0) return PGS_OK;

@@ -2,9 +2,13 @@
 // and zero_common.
 //
 // Indices may come from peers, so each call first runs a validation kernel
-// over all of them and reads back one flag word; only when every index is in
-// range are the writes queued. A bad message therefore leaves memory exactly
-// as it was, and each call waits for the device once (for that flag).
+// over all of them. gather, zero_at, scatter_add_sorted and zero_common leave
+// its verdict on the device: the validation sets kErrIndex in the table's
+// check word and the write kernel, queued behind it, reads that word and
+// writes nothing when it is set; the next host wait of the call reports the
+// error (sync_stream). A bad message therefore leaves memory exactly as it
+// was without a wait of its own. scatter_add of any order reads its flags
+// back, as it must choose between the direct and the sorted add.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "ops_cuda_internal.cuh"
@@ -12,30 +16,43 @@
 namespace pgs_cuda {
 namespace {
 
+// Flag bits of scatter_add's own read-back.
 constexpr unsigned kBadIndex = 1u;
 constexpr unsigned kNotAscending = 2u;
 
-// Sets kBadIndex in *flags if some idx[j] + offset is outside [0, n), and
-// with check_order kNotAscending if the list is not strictly ascending.
+// What validate_kernel looks for and which bit each finding sets (0: not
+// checked, for the order).
+struct Verdict {
+  unsigned bad;        // some idx[j] + offset outside [0, n)
+  unsigned unordered;  // not strictly ascending
+};
+
 __global__ void __launch_bounds__(kThreads)
     validate_kernel(const int32_t *__restrict__ idx, size_t m, long long offset,
-                    size_t n, bool check_order, unsigned *flags) {
+                    size_t n, Verdict v, unsigned *flags) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   int bad = 0, unordered = 0;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < m; j += stride) {
     const long long i = static_cast<long long>(idx[j]) + offset;
     bad |= (i < 0) | (static_cast<unsigned long long>(i) >= n);
-    if (check_order && j + 1 < m) unordered |= idx[j] >= idx[j + 1];
+    if (v.unordered != 0 && j + 1 < m) unordered |= idx[j] >= idx[j + 1];
   }
-  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flags, kBadIndex);
-  if (check_order && __syncthreads_or(unordered) && threadIdx.x == 0)
-    atomicOr(flags, kNotAscending);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flags, v.bad);
+  if (v.unordered != 0 && __syncthreads_or(unordered) && threadIdx.x == 0)
+    atomicOr(flags, v.unordered);
+}
+
+// Whether a write kernel must stand down: a check queued before it (in
+// stream order, so finished) found a bad index or a broken contract.
+__device__ __forceinline__ bool gated(const unsigned *gate) {
+  return gate != nullptr && *gate != 0;
 }
 
 __global__ void __launch_bounds__(kThreads)
     gather_kernel(const float *__restrict__ x, const int32_t *__restrict__ idx,
-                  size_t m, float *__restrict__ val) {
+                  size_t m, float *__restrict__ val, const unsigned *gate) {
+  if (gated(gate)) return;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < m; j += stride)
@@ -43,7 +60,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    zero_at_kernel(float *x, const int32_t *__restrict__ idx, size_t m) {
+    zero_at_kernel(float *x, const int32_t *__restrict__ idx, size_t m,
+                   const unsigned *gate) {
+  if (gated(gate)) return;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < m; j += stride)
@@ -61,7 +80,8 @@ __device__ __forceinline__ float scaled(float v, float scale) {
 __global__ void __launch_bounds__(kThreads)
     scatter_add_unique_kernel(float *x, const int32_t *__restrict__ idx,
                               const float *__restrict__ val, size_t m,
-                              float scale) {
+                              float scale, const unsigned *gate) {
+  if (gated(gate)) return;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < m; j += stride) {
@@ -101,7 +121,8 @@ __global__ void __launch_bounds__(kThreads)
     zero_common_kernel(float *x, const int32_t *__restrict__ a,
                        const float *__restrict__ a_val, size_t na,
                        long long a_offset, const int32_t *__restrict__ b,
-                       size_t nb) {
+                       size_t nb, const unsigned *gate) {
+  if (gated(gate)) return;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < na; j += stride) {
@@ -114,39 +135,43 @@ __global__ void __launch_bounds__(kThreads)
 
 // Queues validation of idx (+ offset) against n into the flag word.
 int validate_launch(Ctx *c, const int32_t *idx, size_t m, long long offset,
-                    size_t n, bool check_order, unsigned *flags) {
+                    size_t n, Verdict v, unsigned *flags) {
   if (m == 0) return PGS_OK;
   validate_kernel<<<grid_for(c, validate_kernel, m, 8), kThreads, 0,
-                    c->stream>>>(idx, m, offset, n, check_order, flags);
+                    c->stream>>>(idx, m, offset, n, v, flags);
   PGS_LAUNCHED();
   return PGS_OK;
 }
 
-int flags_begin(Ctx *c, unsigned **flags) {
-  *flags = static_cast<unsigned *>(c->small.ptr);
-  PGS_CU(cudaMemsetAsync(*flags, 0, sizeof(unsigned), c->stream));
-  return PGS_OK;
-}
-
-int flags_end(Ctx *c, const unsigned *flags, unsigned *out) {
+// Validates one index list against n and reads the flags back (scatter_add).
+int validate(Ctx *c, const int32_t *idx, size_t m, size_t n,
+             unsigned *flags_out) {
+  auto *flags = static_cast<unsigned *>(c->small.ptr);
+  PGS_CU(cudaMemsetAsync(flags, 0, sizeof(unsigned), c->stream));
+  PGS_RETURN_IF(validate_launch(c, idx, m, 0, n,
+                                Verdict{kBadIndex, kNotAscending}, flags));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, flags, sizeof(unsigned), &host));
-  *out = *static_cast<const unsigned *>(host);
+  *flags_out = *static_cast<const unsigned *>(host);
   return PGS_OK;
 }
 
-// Validates one index list against n; *flags_out gets the flag word.
-int validate(Ctx *c, const int32_t *idx, size_t m, size_t n, bool check_order,
-             unsigned *flags_out) {
-  unsigned *flags = nullptr;
-  PGS_RETURN_IF(flags_begin(c, &flags));
-  PGS_RETURN_IF(validate_launch(c, idx, m, 0, n, check_order, flags));
-  return flags_end(c, flags, flags_out);
+// Queues validation of idx (+ offset) against n, and with @p ascending of
+// its order, into the check word, which the write kernels after it read as
+// their *gate; the next host wait reports a failure.
+int defer_validate(Ctx *c, const int32_t *idx, size_t m, long long offset,
+                   size_t n, bool ascending, const unsigned **gate) {
+  auto *word = static_cast<unsigned *>(c->err_dev.ptr);
+  *gate = word;
+  const Verdict v{kErrIndex, ascending ? kErrIndex : 0u};
+  PGS_RETURN_IF(validate_launch(c, idx, m, offset, n, v, word));
+  c->err_pending = true;
+  return PGS_OK;
 }
 
 // scatter_add with repeated indices: stable radix sort of (index, j).
-int scatter_add_sorted(Ctx *c, float *x, size_t n, const int32_t *idx,
-                       const float *val, size_t m, float scale) {
+int scatter_add_by_sort(Ctx *c, float *x, size_t n, const int32_t *idx,
+                        const float *val, size_t m, float scale) {
   int end_bit = 1;
   while (end_bit < 32 && (static_cast<uint64_t>(n - 1) >> end_bit) != 0)
     ++end_bit;
@@ -191,11 +216,10 @@ int gather(const pgs_ops_t *ops, const float *x, size_t n, const int32_t *idx,
   if (idx == nullptr || val == nullptr || (x == nullptr && n > 0))
     return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
-  unsigned flags = 0;
-  PGS_RETURN_IF(validate(c, idx, m, n, false, &flags));
-  if (flags & kBadIndex) return PGS_ERR_INDEX;
+  const unsigned *gate = nullptr;
+  PGS_RETURN_IF(defer_validate(c, idx, m, 0, n, false, &gate));
   gather_kernel<<<grid_for(c, gather_kernel, m, 4), kThreads, 0, c->stream>>>(
-      x, idx, m, val);
+      x, idx, m, val, gate);
   PGS_LAUNCHED();
   return PGS_OK;
 }
@@ -205,12 +229,11 @@ int zero_at(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
   if (m == 0) return PGS_OK;
   if (idx == nullptr || (x == nullptr && n > 0)) return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
-  unsigned flags = 0;
-  PGS_RETURN_IF(validate(c, idx, m, n, false, &flags));
-  if (flags & kBadIndex) return PGS_ERR_INDEX;
+  const unsigned *gate = nullptr;
+  PGS_RETURN_IF(defer_validate(c, idx, m, 0, n, false, &gate));
   // Repeated indices all write 0: no ordering needed.
   zero_at_kernel<<<grid_for(c, zero_at_kernel, m, 4), kThreads, 0, c->stream>>>(
-      x, idx, m);
+      x, idx, m, gate);
   PGS_LAUNCHED();
   return PGS_OK;
 }
@@ -222,17 +245,34 @@ int scatter_add(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
     return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
   unsigned flags = 0;
-  PGS_RETURN_IF(validate(c, idx, m, n, true, &flags));
+  PGS_RETURN_IF(validate(c, idx, m, n, &flags));
   if (flags & kBadIndex) return PGS_ERR_INDEX;
   if ((flags & kNotAscending) == 0) {
     scatter_add_unique_kernel<<<grid_for(c, scatter_add_unique_kernel, m, 4),
-                                kThreads, 0, c->stream>>>(x, idx, val, m,
-                                                          scale);
+                                kThreads, 0, c->stream>>>(x, idx, val, m, scale,
+                                                          nullptr);
     PGS_LAUNCHED();
     return PGS_OK;
   }
   if (m > static_cast<size_t>(INT32_MAX)) return PGS_ERR_UNSUPPORTED;
-  return scatter_add_sorted(c, x, n, idx, val, m, scale);
+  return scatter_add_by_sort(c, x, n, idx, val, m, scale);
+}
+
+int scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
+                       const int32_t *idx, const float *val, size_t m,
+                       float scale) {
+  if (m == 0) return PGS_OK;
+  if (idx == nullptr || val == nullptr || (x == nullptr && n > 0))
+    return PGS_ERR_INVALID;
+  PGS_ENTER(ops, c);
+  // Strictly ascending, so every target is written by one thread.
+  const unsigned *gate = nullptr;
+  PGS_RETURN_IF(defer_validate(c, idx, m, 0, n, true, &gate));
+  scatter_add_unique_kernel<<<grid_for(c, scatter_add_unique_kernel, m, 4),
+                              kThreads, 0, c->stream>>>(x, idx, val, m, scale,
+                                                        gate);
+  PGS_LAUNCHED();
+  return PGS_OK;
 }
 
 int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
@@ -243,18 +283,14 @@ int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
   if (na == 0 || nb == 0) return PGS_OK;
   if (x == nullptr && n > 0) return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
-  unsigned *dflags = nullptr;
-  PGS_RETURN_IF(flags_begin(c, &dflags));
-  PGS_RETURN_IF(validate_launch(c, a, na, a_offset, n, false, dflags));
-  PGS_RETURN_IF(validate_launch(c, b, nb, 0, n, false, dflags));
-  unsigned flags = 0;
-  PGS_RETURN_IF(flags_end(c, dflags, &flags));
-  if (flags & kBadIndex) return PGS_ERR_INDEX;
+  const unsigned *gate = nullptr;
+  PGS_RETURN_IF(defer_validate(c, a, na, a_offset, n, false, &gate));
+  PGS_RETURN_IF(defer_validate(c, b, nb, 0, n, false, &gate));
   // Each entry of a looks itself up in b: repeated entries in either list
   // are handled, as by the host's merge walk (with a_val, a's entries are
   // distinct: they are one sender's block).
   zero_common_kernel<<<grid_for(c, zero_common_kernel, na, 4), kThreads, 0,
-                       c->stream>>>(x, a, a_val, na, a_offset, b, nb);
+                       c->stream>>>(x, a, a_val, na, a_offset, b, nb, gate);
   PGS_LAUNCHED();
   return PGS_OK;
 }

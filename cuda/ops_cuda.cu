@@ -84,10 +84,12 @@ int sync_stream(Ctx *c) {
   PGS_CU(cudaStreamSynchronize(c->stream));
   if (!c->err_pending) return PGS_OK;
   c->err_pending = false;
-  if (*word == 0) return PGS_OK;
+  const unsigned bits = *word;
+  if (bits == 0) return PGS_OK;
   *word = 0;
   PGS_CU(cudaMemsetAsync(c->err_dev.ptr, 0, sizeof *word, c->stream));
-  return PGS_ERR_INVALID;  // a table function broke its contract
+  // A bad index (a malformed message) before a broken contract.
+  return (bits & kErrIndex) != 0 ? PGS_ERR_INDEX : PGS_ERR_INVALID;
 }
 
 int read_back(Ctx *c, const void *dev, size_t bytes, void **host) {
@@ -265,9 +267,11 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   t.gather = pgs_cuda::gather;
   t.zero_at = pgs_cuda::zero_at;
   t.scatter_add = pgs_cuda::scatter_add;
+  t.scatter_add_sorted = pgs_cuda::scatter_add_sorted;
   t.zero_common = pgs_cuda::zero_common;
   t.merge_pairs = pgs_cuda::merge_pairs;
   t.accumulate_select = pgs_cuda::accumulate_select;
+  t.accumulate_kth = pgs_cuda::accumulate_kth;
   t.unaccumulate = pgs_cuda::unaccumulate;
   t.shift_idx = pgs_cuda::shift_idx;
   t.locate = pgs_cuda::locate;

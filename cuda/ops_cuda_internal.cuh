@@ -40,12 +40,18 @@ struct Ctx {
   Scratch pinned;      // pinned host: counts read back, bounds sent
   Scratch work;        // device: tile counts, candidates, CUB temp storage
   uint64_t syncs = 0;  // host waits for the stream (sync_stream), for stats
-  // Checks left to the device (a planned selection's count): kernels set
-  // bits of *err_dev; the next host wait reads it (see sync_stream).
+  // Checks left to the device (a planned selection's count, indices):
+  // kernels set bits of *err_dev (kErrContract, kErrIndex); the next host
+  // wait reads it (see sync_stream).
   Scratch err_dev;     // device: one word of check bits
   Scratch err_pinned;  // pinned host: where that word is read back
   bool err_pending = false;
 };
+
+// Bits of the check word: a table function broke its contract (a planned
+// count was not met), or an index of a deferred index check was bad.
+constexpr unsigned kErrContract = 1u;
+constexpr unsigned kErrIndex = 2u;
 
 inline Ctx *ctx_of(const pgs_ops_t *ops) {
   return static_cast<Ctx *>(ops->ctx);
@@ -62,8 +68,34 @@ int read_back(Ctx *c, const void *dev, size_t bytes, void **host);
 
 // The host waits for the stream; every such wait is counted (stats). A wait
 // that follows a check left to the device reads the check's word in the same
-// wait and returns PGS_ERR_INVALID if a check failed.
+// wait and returns PGS_ERR_INDEX or PGS_ERR_INVALID if a check failed.
 int sync_stream(Ctx *c);
+
+// Where accumulate_kth's device results lie in the small buffer (past the
+// radix state at its start), read back in one copy.
+constexpr size_t kFusedOutOffset = 32 * 1024;
+struct FusedOut {
+  unsigned long long nonfinite;  // rejected sums (the fused add's count)
+  unsigned long long count;      // the list's entries (its threshold count)
+  float kth;                     // the list's k-th largest |val|, or -1
+  int unused;
+  long long n_gt;  // the list's entries above kth
+};
+
+// The compaction of compact (every tie, no offset) queued without its count:
+// its totals stay on the device at *total. @p scratch holds
+// compact_scratch_bytes(n).
+size_t compact_scratch_bytes(size_t n);
+int compact_queue(Ctx *c, const float *x, size_t n, float thr, int32_t *idx,
+                  float *val, size_t cap, void *scratch,
+                  const ulonglong2 **total);
+
+// kth_abs of the list compact_queue wrote (its length read from *total on
+// the device, at most @p cap) queued without a wait; the answer and the
+// list's length go to *out. @p scratch holds kth_list_scratch_bytes(cap).
+size_t kth_list_scratch_bytes(size_t cap);
+int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
+                   const ulonglong2 *total, void *scratch, FusedOut *out);
 
 // Leaves to the device the check that a selection whose totals tile_select
 // wrote to @p total took exactly @p expect entries (no host wait).
@@ -295,6 +327,9 @@ int zero_at(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
             size_t m);
 int scatter_add(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
                 const float *val, size_t m, float scale);
+int scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
+                       const int32_t *idx, const float *val, size_t m,
+                       float scale);
 int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
                 const float *a_val, size_t na, int32_t a_offset,
                 const int32_t *b, size_t nb);
@@ -302,6 +337,9 @@ int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
 int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                       float thr, int32_t *idx, float *val, size_t cap,
                       int64_t *count_host, int64_t *nonfinite_host);
+int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
+                   float thr, int32_t *idx, float *val, size_t cap, size_t k,
+                   pgs_fused_t *out);
 int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n);
 int shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta);
 int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,

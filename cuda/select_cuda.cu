@@ -116,6 +116,8 @@ struct RadixState {
   int done;                        // answer known (thr, n_gt set)
   float thr;
   long long n_gt;
+  unsigned long long x_len;  // with x_len_set: entries of x to read (a
+  int x_len_set;             // length known on the device only)
 };
 
 // Shared sub-histograms: lanes use copy (lane & 7), rows padded to 257 so
@@ -163,7 +165,10 @@ __global__ void __launch_bounds__(kThreads)
     prefix = st->prefix;
     use_cand = st->mode != 0;
     compact = COMPACT && !use_cand && st->compact_next;
-    if (use_cand) m = st->cand_n;
+    if (use_cand)
+      m = st->cand_n;
+    else if (st->x_len_set)
+      m = st->x_len < n ? st->x_len : n;
     hist = st->hist[level];
   }
   for (int i = threadIdx.x; i < kHistCopies * kHistStride; i += blockDim.x)
@@ -282,9 +287,85 @@ __global__ void radix_pick_kernel(RadixState *st, int level,
   }
 }
 
+// The length of a list whose compaction totals lie at @p total (every tie
+// taken), as the radix passes' input length.
+__global__ void radix_list_init_kernel(RadixState *st, const ulonglong2 *total,
+                                       unsigned long long cap) {
+  const unsigned long long m = total->x + total->y;
+  st->x_len = m < cap ? m : cap;
+  st->x_len_set = 1;
+}
+
+// accumulate_kth's answer: the list's length, and its k-th largest where the
+// list holds it whole (k <= length <= cap).
+__global__ void fused_result_kernel(const RadixState *st,
+                                    const ulonglong2 *total,
+                                    unsigned long long cap,
+                                    unsigned long long k, FusedOut *out) {
+  const unsigned long long m = total->x + total->y;
+  out->count = m;
+  const bool whole = k >= 1 && m >= k && m <= cap;
+  out->kth = whole ? st->thr : -1.0f;
+  out->n_gt = whole ? st->n_gt : 0;
+}
+
+// Candidate buffer of a radix select over n entries: up to n / 16 of the
+// chosen bin's bits (at least 64K, at most n). Data whose bins are all
+// larger falls back to full passes over x, as the host does.
+size_t cand_cap_for(size_t n) {
+  size_t cand_cap = n / 16;
+  if (cand_cap < (size_t{1} << 16))
+    cand_cap = n < (size_t{1} << 16) ? n : size_t{1} << 16;
+  return cand_cap;
+}
+
+// The radix select's passes over x[0..n) (or the state's device length),
+// the answer left in *st.
+int queue_radix(Ctx *c, const float *x, size_t n, size_t k, RadixState *st,
+                uint32_t *cand, size_t cand_cap) {
+  // Level 0 never compacts (the candidates are what it selects); the later
+  // passes may, as the pick kernel decides on the device.
+  const unsigned grid0 = grid_for(c, radix_hist_kernel<false>, n, kHistItems);
+  const unsigned grid1 = grid_for(c, radix_hist_kernel<true>, n, kHistItems);
+  for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
+    if (level == 0)
+      radix_hist_kernel<false><<<grid0, kThreads, 0, c->stream>>>(
+          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
+    else
+      radix_hist_kernel<true><<<grid1, kThreads, 0, c->stream>>>(
+          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
+    PGS_LAUNCHED();
+    radix_pick_kernel<<<1, 32, 0, c->stream>>>(st, level, k, cand_cap);
+    PGS_LAUNCHED();
+  }
+  return PGS_OK;
+}
+
 }  // namespace
 
 // ---- entry points ---------------------------------------------------------
+
+static_assert(sizeof(RadixState) <= kFusedOutOffset,
+              "the radix state ends before accumulate_kth's results");
+
+size_t kth_list_scratch_bytes(size_t cap) {
+  return cand_cap_for(cap) * sizeof(uint32_t);
+}
+
+int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
+                   const ulonglong2 *total, void *scratch, FusedOut *out) {
+  auto *st = static_cast<RadixState *>(c->small.ptr);
+  PGS_CU(cudaMemsetAsync(st, 0, sizeof(RadixState), c->stream));
+  radix_list_init_kernel<<<1, 1, 0, c->stream>>>(st, total, cap);
+  PGS_LAUNCHED();
+  if (k >= 1 && k <= cap)
+    PGS_RETURN_IF(queue_radix(c, val, cap, k, st,
+                              static_cast<uint32_t *>(scratch),
+                              cand_cap_for(cap)));
+  fused_result_kernel<<<1, 1, 0, c->stream>>>(st, total, cap, k, out);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
 
 int count_regions_launch(Ctx *c, const float *x, const long long *dbounds,
                          int nreg, float thr, size_t span,
@@ -352,30 +433,11 @@ int kth_abs(const pgs_ops_t *ops, const float *x, size_t n, size_t k,
   PGS_ENTER(ops, c);
   static_assert(sizeof(RadixState) <= 64 * 1024, "radix state fits small");
   auto *st = static_cast<RadixState *>(c->small.ptr);
-  // Candidate buffer: up to n / 16 entries (at least 64K, at most n) of the
-  // chosen bin's bits. Data whose bins are all larger falls back to full
-  // passes over x, as the host does.
-  size_t cand_cap = n / 16;
-  if (cand_cap < (size_t{1} << 16))
-    cand_cap = n < (size_t{1} << 16) ? n : size_t{1} << 16;
+  const size_t cand_cap = cand_cap_for(n);
   PGS_RETURN_IF(ensure_device(&c->work, cand_cap * sizeof(uint32_t)));
   auto *cand = static_cast<uint32_t *>(c->work.ptr);
   PGS_CU(cudaMemsetAsync(st, 0, sizeof(RadixState), c->stream));
-  // Level 0 never compacts (the candidates are what it selects); the later
-  // passes may, as the pick kernel decides on the device.
-  const unsigned grid0 = grid_for(c, radix_hist_kernel<false>, n, kHistItems);
-  const unsigned grid1 = grid_for(c, radix_hist_kernel<true>, n, kHistItems);
-  for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
-    if (level == 0)
-      radix_hist_kernel<false><<<grid0, kThreads, 0, c->stream>>>(
-          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
-    else
-      radix_hist_kernel<true><<<grid1, kThreads, 0, c->stream>>>(
-          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
-    PGS_LAUNCHED();
-    radix_pick_kernel<<<1, 32, 0, c->stream>>>(st, level, k, cand_cap);
-    PGS_LAUNCHED();
-  }
+  PGS_RETURN_IF(queue_radix(c, x, n, k, st, cand, cand_cap));
   void *host = nullptr;
   PGS_RETURN_IF(
       read_back(c, &st->thr, sizeof(float) + 4 + sizeof(long long), &host));

@@ -19,7 +19,7 @@ TEST(OpsCpuTable, EveryEntryIsSetForHostMemory) {
   EXPECT_TRUE(o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
               o->select_pairs);
   EXPECT_TRUE(o->gather && o->zero_at && o->scatter_add && o->zero_common &&
-              o->merge_pairs);
+              o->merge_pairs && o->scatter_add_sorted);
 }
 
 TEST(OpsCpuMemory, AllocCopyFillRoundTrip) {
@@ -257,6 +257,47 @@ TEST(OpsCpuIndexOps, BadIndexLeavesMemoryUntouched) {
             PGS_ERR_INDEX);
   EXPECT_EQ(ops()->zero_at(ops(), nullptr, 0, nullptr, 0), PGS_OK);
   EXPECT_EQ(ops()->zero_at(ops(), nullptr, 5, &zero, 1), PGS_ERR_INVALID);
+}
+
+// scatter_add_sorted: scatter_add's sums on strictly ascending lists; any
+// other order, a repeat or an index out of range is refused untouched.
+TEST(OpsCpuIndexOps, ScatterAddSortedMatchesScatterAddAndRefusesDisorder) {
+  const size_t n = 5000;
+  const std::vector<float> x = normal(n, 27);
+  std::vector<int32_t> idx;
+  for (int32_t i = 3; i < static_cast<int32_t>(n); i += 7) idx.push_back(i);
+  const std::vector<float> val = normal(idx.size(), 28);
+  for (float scale : {1.0f, 0.25f, -1.0f}) {
+    std::vector<float> want = x, got = x;
+    ASSERT_EQ(ops()->scatter_add(ops(), want.data(), n, idx.data(), val.data(),
+                                 idx.size(), scale),
+              PGS_OK);
+    ASSERT_EQ(ops()->scatter_add_sorted(ops(), got.data(), n, idx.data(),
+                                        val.data(), idx.size(), scale),
+              PGS_OK);
+    EXPECT_TRUE(same_bits(got, want)) << "scale " << scale;
+  }
+  const std::vector<std::vector<int32_t>> refused = {
+      {0, 5, 5, 9},                     // a repeat
+      {0, 9, 5, 20},                    // out of order
+      {0, 5, static_cast<int32_t>(n)},  // out of range
+      {-1, 0, 5},
+      {0, 5, INT32_MAX},
+      {INT32_MIN, 0}};
+  for (const auto &bad : refused) {
+    std::vector<float> y = x, v(bad.size(), 1.0f);
+    EXPECT_EQ(ops()->scatter_add_sorted(ops(), y.data(), n, bad.data(),
+                                        v.data(), bad.size(), 1.0f),
+              PGS_ERR_INDEX);
+    EXPECT_TRUE(same_bits(y, x));
+  }
+  EXPECT_EQ(
+      ops()->scatter_add_sorted(ops(), nullptr, 0, nullptr, nullptr, 0, 1.0f),
+      PGS_OK);
+  int32_t zero = 0;
+  float one = 1.0f;
+  EXPECT_EQ(ops()->scatter_add_sorted(ops(), nullptr, 0, &zero, &one, 1, 1.0f),
+            PGS_ERR_INDEX);
 }
 
 // ---- zero_common -----------------------------------------------------------

@@ -77,6 +77,50 @@ TEST(OpsFused, AccumulateSelectMatchesTheContract) {
   }
 }
 
+// accumulate_kth: accumulate_select's results, and the list's k-th largest
+// |val| (by a full sort here) where the list holds it whole.
+TEST(OpsFused, AccumulateKthIsTheListsKthLargest) {
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{65537}}) {
+    for (float thr : {0.5f, 2.0f}) {
+      std::vector<float> r = normal(n, 17 + n);
+      const std::vector<float> g = fused_input(n, 19 + n);
+      const FusedRef want = fused_reference(r, g, thr);
+      const size_t m = want.idx.size();
+      std::vector<float> mags;
+      for (float v : want.val) mags.push_back(std::fabs(v));
+      std::sort(mags.begin(), mags.end(), std::greater<float>());
+      for (size_t cap : {m, m / 2, m + 5}) {
+        for (size_t k : {size_t{0}, size_t{1}, m / 3 + 1, m, m + 1}) {
+          std::vector<float> got_r = r;
+          std::vector<int32_t> idx(cap + 1);
+          std::vector<float> val(cap + 1);
+          pgs_fused_t res = {-1, -1, 0.0f, -1};
+          ASSERT_EQ(ops()->accumulate_kth(ops(), got_r.data(), g.data(), n, thr,
+                                          idx.data(), val.data(), cap, k, &res),
+                    PGS_OK);
+          ASSERT_TRUE(same_bits(got_r, want.r));
+          EXPECT_EQ(res.count, static_cast<int64_t>(m));
+          EXPECT_EQ(res.nonfinite, want.bad);
+          if (k >= 1 && k <= m && m <= cap) {
+            const float kth = mags[k - 1];
+            EXPECT_EQ(bits_of(res.kth), bits_of(kth))
+                << "n " << n << " k " << k;
+            EXPECT_EQ(res.n_gt,
+                      std::count_if(mags.begin(), mags.end(),
+                                    [kth](float a) { return a > kth; }));
+          } else {
+            EXPECT_EQ(res.kth, -1.0f) << "n " << n << " k " << k;
+            EXPECT_EQ(res.n_gt, 0);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(ops()->accumulate_kth(ops(), nullptr, nullptr, 0, 1.0f, nullptr,
+                                  nullptr, 0, 1, nullptr),
+            PGS_ERR_INVALID);
+}
+
 TEST(OpsFused, AccumulateSelectRejectsBadArguments) {
   std::vector<float> r(4), g(4);
   int64_t c = 0, b = 0;

@@ -20,8 +20,8 @@ TEST_F(CudaBasic, TableIsCompleteForDeviceMemory) {
               o->abs_stats);
   EXPECT_TRUE(o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
               o->select_pairs);
-  EXPECT_TRUE(o->gather && o->zero_at && o->scatter_add && o->zero_common &&
-              o->merge_pairs);
+  EXPECT_TRUE(o->gather && o->zero_at && o->scatter_add &&
+              o->scatter_add_sorted && o->zero_common && o->merge_pairs);
   pgs_ops_t *bad = nullptr;
   EXPECT_EQ(pgs_ops_cuda_create(nullptr, -1, &bad), PGS_ERR_INVALID);
   EXPECT_EQ(pgs_ops_cuda_create(nullptr, 1 << 20, &bad), PGS_ERR_INVALID);

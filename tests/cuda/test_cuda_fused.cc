@@ -57,6 +57,58 @@ TEST_F(CudaFused, AccumulateSelectMatchesHost) {
   }
 }
 
+// accumulate_kth against the host table, in one wait for the device: the
+// list, its length and its k-th largest |val| where it holds it whole.
+TEST_F(CudaFused, AccumulateKthMatchesHostInOneWait) {
+  for (size_t n : sizes()) {
+    for (float thr : {0.5f, 2.5f}) {
+      const std::vector<float> r0 = normal(n, 13 + n);
+      const std::vector<float> g = with_bad(n, 15 + n);
+      std::vector<float> probe = r0;
+      std::vector<int32_t> pi(n + 1);
+      std::vector<float> pv(n + 1);
+      int64_t m = 0, bad = 0;
+      ASSERT_EQ(cpu()->accumulate_select(cpu(), probe.data(), g.data(), n, thr,
+                                         pi.data(), pv.data(), n, &m, &bad),
+                PGS_OK);
+      const size_t mm = static_cast<size_t>(m);
+      for (size_t cap : {mm, mm / 2, mm + 7}) {
+        for (size_t k : {size_t{1}, mm / 3 + 1, mm, mm + 1}) {
+          std::vector<float> rh = r0;
+          std::vector<int32_t> ih(cap + 1);
+          std::vector<float> vh(cap + 1);
+          pgs_fused_t want{}, got{};
+          ASSERT_EQ(cpu()->accumulate_kth(cpu(), rh.data(), g.data(), n, thr,
+                                          ih.data(), vh.data(), cap, k, &want),
+                    PGS_OK);
+          Dev<float> r(r0), gd(g);
+          Dev<int32_t> idx(cap + 1);
+          Dev<float> val(cap + 1);
+          const uint64_t s0 = gpu()->host_syncs(gpu());
+          ASSERT_EQ(gpu()->accumulate_kth(gpu(), r.get(), gd.get(), n, thr,
+                                          idx.get(), val.get(), cap, k, &got),
+                    PGS_OK);
+          EXPECT_LE(gpu()->host_syncs(gpu()) - s0, 1u) << "one wait";
+          const std::string at =
+              "n " + std::to_string(n) + " thr " + std::to_string(thr) +
+              " cap " + std::to_string(cap) + " k " + std::to_string(k);
+          EXPECT_TRUE(same(r.host(), rh)) << at;
+          EXPECT_EQ(got.count, want.count) << at;
+          EXPECT_EQ(got.nonfinite, want.nonfinite) << at;
+          EXPECT_EQ(bits_of(got.kth), bits_of(want.kth)) << at;
+          EXPECT_EQ(got.n_gt, want.n_gt) << at;
+          if (mm <= cap && mm > 0) {
+            ih.resize(mm);
+            vh.resize(mm);
+            EXPECT_TRUE(same(idx.host(0, mm), ih)) << at;
+            EXPECT_TRUE(same(val.host(0, mm), vh)) << at;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaFused, ShiftLocateAndSyncCount) {
   std::vector<int32_t> idx = sorted_subset(20000, 1 << 24, 41);
   const std::vector<int64_t> keys = {0, 5, 1 << 20, 1 << 23, 1 << 24};

@@ -1,5 +1,6 @@
-// CUDA ops against the host ops: gather, zero_at, scatter_add, zero_common
-// and merge_pairs, including bad indices (memory untouched) and capacity.
+// CUDA ops against the host ops: gather, zero_at, scatter_add,
+// scatter_add_sorted, zero_common and merge_pairs, including bad indices
+// (memory untouched; reported at once or by the next wait) and capacity.
 #include "cuda_test_util.h"
 
 namespace cuda_test {
@@ -15,7 +16,14 @@ std::vector<int32_t> random_indices(size_t m, size_t n, uint64_t seed) {
   return v;
 }
 
-// gather, zero_at and scatter_add (every scale) with the same indices.
+// The status of a function that may leave its index check to the device:
+// its own, or else what the next wait (check) reports.
+int settled(int st) {
+  return st != PGS_OK ? st : gpu()->check(gpu());
+}
+
+// gather, zero_at and scatter_add (every scale) with the same indices, and
+// scatter_add_sorted where they ascend strictly.
 void check_index_ops(const std::vector<float> &x,
                      const std::vector<int32_t> &idx,
                      const std::vector<float> &val) {
@@ -25,8 +33,9 @@ void check_index_ops(const std::vector<float> &x,
   {
     Dev<float> out(std::vector<float>(m, -9.0f));
     std::vector<float> want(m, -9.0f);
-    ASSERT_EQ(gpu()->gather(gpu(), dx.get(), n, didx.get(), m, out.get()),
-              PGS_OK);
+    ASSERT_EQ(
+        settled(gpu()->gather(gpu(), dx.get(), n, didx.get(), m, out.get())),
+        PGS_OK);
     ASSERT_EQ(cpu()->gather(cpu(), x.data(), n, idx.data(), m, want.data()),
               PGS_OK);
     EXPECT_TRUE(same(out.host(), want)) << "gather n=" << n << " m=" << m;
@@ -42,10 +51,19 @@ void check_index_ops(const std::vector<float> &x,
               PGS_OK);
     EXPECT_TRUE(same(dx.host(), want, true))
         << "scatter_add n=" << n << " m=" << m << " scale=" << scale;
+    if (!std::is_sorted(idx.begin(), idx.end()) ||
+        std::adjacent_find(idx.begin(), idx.end()) != idx.end())
+      continue;
+    dx.put(x);
+    ASSERT_EQ(settled(gpu()->scatter_add_sorted(gpu(), dx.get(), n, didx.get(),
+                                                dval.get(), m, scale)),
+              PGS_OK);
+    EXPECT_TRUE(same(dx.host(), want, true))
+        << "scatter_add_sorted n=" << n << " m=" << m << " scale=" << scale;
   }
   dx.put(x);
   std::vector<float> want = x;
-  ASSERT_EQ(gpu()->zero_at(gpu(), dx.get(), n, didx.get(), m), PGS_OK);
+  ASSERT_EQ(settled(gpu()->zero_at(gpu(), dx.get(), n, didx.get(), m)), PGS_OK);
   ASSERT_EQ(cpu()->zero_at(cpu(), want.data(), n, idx.data(), m), PGS_OK);
   EXPECT_TRUE(same(dx.host(), want)) << "zero_at n=" << n << " m=" << m;
 }
@@ -110,13 +128,20 @@ TEST_F(CudaIndex, BadIndexLeavesMemoryUntouched) {
                                    idx.size(), 1.0f),
                 PGS_ERR_INDEX);
       EXPECT_TRUE(same(dx.host(), x0));
-      EXPECT_EQ(gpu()->zero_at(gpu(), dx.get(), n, di.get(), idx.size()),
+      // The deferred checks: nothing written, the error read once.
+      EXPECT_EQ(settled(gpu()->scatter_add_sorted(gpu(), dx.get(), n, di.get(),
+                                                  dv.get(), idx.size(), 1.0f)),
                 PGS_ERR_INDEX);
+      EXPECT_EQ(gpu()->check(gpu()), PGS_OK);
+      EXPECT_TRUE(same(dx.host(), x0));
+      EXPECT_EQ(
+          settled(gpu()->zero_at(gpu(), dx.get(), n, di.get(), idx.size())),
+          PGS_ERR_INDEX);
       EXPECT_TRUE(same(dx.host(), x0));
       Dev<float> out(std::vector<float>(idx.size(), -9.0f));
-      EXPECT_EQ(
-          gpu()->gather(gpu(), dx.get(), n, di.get(), idx.size(), out.get()),
-          PGS_ERR_INDEX);
+      EXPECT_EQ(settled(gpu()->gather(gpu(), dx.get(), n, di.get(), idx.size(),
+                                      out.get())),
+                PGS_ERR_INDEX);
       EXPECT_TRUE(same(out.host(), std::vector<float>(idx.size(), -9.0f)));
     }
   }
@@ -132,6 +157,30 @@ TEST_F(CudaIndex, BadIndexLeavesMemoryUntouched) {
       gpu()->scatter_add(gpu(), dy.get(), big, di.get(), dv.get(), big, 0.5f),
       PGS_ERR_INDEX);
   EXPECT_TRUE(same(dy.host(), y0));
+  // In range but not strictly ascending: refused by scatter_add_sorted only.
+  for (const std::vector<int32_t> &bad :
+       {std::vector<int32_t>{1, 3, 3, 7}, std::vector<int32_t>{1, 7, 3, 9}}) {
+    Dev<int32_t> dbad(bad);
+    Dev<float> dv(normal(bad.size(), 834));
+    EXPECT_EQ(settled(gpu()->scatter_add_sorted(gpu(), dx.get(), n, dbad.get(),
+                                                dv.get(), bad.size(), 1.0f)),
+              PGS_ERR_INDEX);
+    EXPECT_TRUE(same(dx.host(), x0));
+  }
+  // Whatever waits next reports it (here kth_abs's read-back), once.
+  {
+    Dev<int32_t> dbad(std::vector<int32_t>{0, static_cast<int32_t>(n)});
+    Dev<float> dv(std::vector<float>{1.0f, 1.0f});
+    ASSERT_EQ(gpu()->scatter_add_sorted(gpu(), dx.get(), n, dbad.get(),
+                                        dv.get(), 2, 1.0f),
+              PGS_OK);
+    float thr = 0.0f;
+    int64_t n_gt = 0;
+    EXPECT_EQ(gpu()->kth_abs(gpu(), dx.get(), n, 1, &thr, &n_gt),
+              PGS_ERR_INDEX);
+    EXPECT_EQ(gpu()->check(gpu()), PGS_OK);
+    EXPECT_TRUE(same(dx.host(), x0));
+  }
   // Nothing can be indexed in an empty buffer.
   Dev<int32_t> zero(std::vector<int32_t>{0});
   Dev<float> one(std::vector<float>{1.0f});
@@ -159,8 +208,8 @@ void check_zero_common(const std::vector<float> &x,
   std::vector<float> want = x;
   const int st_cpu = cpu()->zero_common(cpu(), want.data(), n, a.data(), hv,
                                         a.size(), offset, b.data(), b.size());
-  const int st_gpu = gpu()->zero_common(gpu(), dx.get(), n, da.get(), gv,
-                                        a.size(), offset, db.get(), b.size());
+  const int st_gpu = settled(gpu()->zero_common(
+      gpu(), dx.get(), n, da.get(), gv, a.size(), offset, db.get(), b.size()));
   EXPECT_EQ(st_gpu, st_cpu) << "offset " << offset;
   EXPECT_TRUE(same(dx.host(), want)) << "offset " << offset;
 }

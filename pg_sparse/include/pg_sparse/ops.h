@@ -40,6 +40,18 @@ typedef enum pgs_copy_kind {
 
 typedef struct pgs_ops pgs_ops_t;
 
+/** What accumulate_kth found: accumulate_select's two counts and, when the
+ *  list holds the k-th largest entry, that entry's |value|. */
+typedef struct pgs_fused {
+  int64_t count;     /**< entries with r != 0 and |r| >= thr */
+  int64_t nonfinite; /**< sums rejected as non-finite */
+  /** With 1 <= k <= count <= cap: the k-th largest |val| of the list and the
+   *  list's entries above it, as kth_abs(val, count, k) gives them; else
+   *  kth = -1 and n_gt = 0. */
+  float kth;
+  int64_t n_gt;
+} pgs_fused_t;
+
 struct pgs_ops {
   pgs_mem_t mem; /**< memory space of every non-host buffer */
   void *ctx;     /**< implementation state (a CUDA stream, ...) */
@@ -100,6 +112,12 @@ struct pgs_ops {
                       const float *val, size_t m, float thr, int64_t eq_quota,
                       int32_t *idx_out, float *val_out, size_t cap,
                       int64_t *count_host);
+  /* Index-driven functions validate every index (they may come from a
+   * peer) and write nothing when one is bad. The host table returns
+   * PGS_ERR_INDEX at once; the CUDA table, for gather, zero_at,
+   * scatter_add_sorted and zero_common, leaves the check to the device (the
+   * writes are skipped there) and the next function that waits for the
+   * device returns it, at the latest check. */
   /** val[j] = x[idx[j]] for j < m (idx validated against n). */
   int (*gather)(const pgs_ops_t *ops, const float *x, size_t n,
                 const int32_t *idx, size_t m, float *val);
@@ -110,6 +128,13 @@ struct pgs_ops {
   int (*scatter_add)(const pgs_ops_t *ops, float *x, size_t n,
                      const int32_t *idx, const float *val, size_t m,
                      float scale);
+  /** scatter_add for a strictly ascending idx (a sorted pair list, one
+   *  sender's block): the same sums; a list that is not strictly ascending
+   *  is refused like an index out of range (PGS_ERR_INDEX, nothing written),
+   *  so a table can add without ordering repeated indices. */
+  int (*scatter_add_sorted)(const pgs_ops_t *ops, float *x, size_t n,
+                            const int32_t *idx, const float *val, size_t m,
+                            float scale);
   /** Clear x at the indices in both sorted lists: where a[i] + a_offset
    *  occurs in b, x[a[i] + a_offset] = 0, or -= a_val[i] when @p a_val is
    *  not NULL (the sender keeps what rounding to the wire left out). a and b
@@ -130,6 +155,12 @@ struct pgs_ops {
                            size_t n, float thr, int32_t *idx, float *val,
                            size_t cap, int64_t *count_host,
                            int64_t *nonfinite_host);
+  /** accumulate_select, then the k-th largest |val| of the list it wrote
+   *  (see pgs_fused_t), in one wait for the device where the two functions
+   *  make two: a call's whole local selection for one read-back. */
+  int (*accumulate_kth)(const pgs_ops_t *ops, float *r, const float *g,
+                        size_t n, float thr, int32_t *idx, float *val,
+                        size_t cap, size_t k, pgs_fused_t *out);
   /** Undo of accumulate_select after a failed call: r[i] -= g[i] for every
    *  finite g[i] (exact up to the rounding of the add). */
   int (*unaccumulate)(const pgs_ops_t *ops, float *r, const float *g, size_t n);

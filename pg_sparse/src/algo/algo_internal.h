@@ -101,6 +101,12 @@ int pgs_accumulate(pgs_bucket_t *b, const float *grad);
 int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
                           int32_t *idx, float *val, size_t cap, int64_t *count);
 
+/** pgs_accumulate_select that also finds the k-th largest |val| of the list
+ *  (k > 0; see pgs_fused_t), in the same wait for the device. */
+int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
+                       int32_t *idx, float *val, size_t cap, size_t k,
+                       pgs_fused_t *res);
+
 /** A count as sent in the algorithm's first message: negative when this
  *  rank's input was bad, so every receiver learns it without a message of
  *  its own. */

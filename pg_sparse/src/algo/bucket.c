@@ -74,9 +74,10 @@ static int ops_complete(const pgs_ops_t *o) {
          o->accumulate && o->scale && o->count_nonfinite && o->mean_std &&
          o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
          o->select_pairs && o->gather && o->zero_at && o->scatter_add &&
-         o->zero_common && o->merge_pairs && o->accumulate_select &&
-         o->unaccumulate && o->shift_idx && o->locate && o->check &&
-         o->count_pair_regions && o->host_syncs && o->to_wire && o->from_wire;
+         o->scatter_add_sorted && o->accumulate_kth && o->zero_common &&
+         o->merge_pairs && o->accumulate_select && o->unaccumulate &&
+         o->shift_idx && o->locate && o->check && o->count_pair_regions &&
+         o->host_syncs && o->to_wire && o->from_wire;
 }
 
 static int64_t target_k(double density, size_t n) {
@@ -245,10 +246,9 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
 
 /* --- the call ------------------------------------------------------------- */
 
-int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
-                          int32_t *idx, float *val, size_t cap,
-                          int64_t *count) {
-  int64_t bad = 0;
+int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
+                       int32_t *idx, float *val, size_t cap, size_t k,
+                       pgs_fused_t *res) {
   int st = PGS_OK;
   if (b->cfg.check_finite == PGS_FINITE_EXACT) {
     /* The pass adds in place; a failed call puts these bits back. */
@@ -259,10 +259,25 @@ int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
           b->ops->copy(b->ops, b->snapshot.ptr, b->resid, bytes, PGS_COPY_SAME);
     if (st != PGS_OK) return st;
   }
-  st = b->ops->accumulate_select(b->ops, b->resid, grad, b->n, thr, idx, val,
-                                 cap, count, &bad);
+  res->kth = -1.0f;
+  res->n_gt = 0;
+  if (k > 0)
+    st = b->ops->accumulate_kth(b->ops, b->resid, grad, b->n, thr, idx, val,
+                                cap, k, res);
+  else
+    st = b->ops->accumulate_select(b->ops, b->resid, grad, b->n, thr, idx, val,
+                                   cap, &res->count, &res->nonfinite);
   b->call_grad = grad;
-  b->call_bad = b->cfg.check_finite && bad > 0;
+  b->call_bad = b->cfg.check_finite && res->nonfinite > 0;
+  return st;
+}
+
+int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
+                          int32_t *idx, float *val, size_t cap,
+                          int64_t *count) {
+  pgs_fused_t res = {0, 0, -1.0f, 0};
+  int st = pgs_accumulate_kth(b, grad, thr, idx, val, cap, 0, &res);
+  *count = res.count;
   return st;
 }
 
@@ -434,9 +449,11 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
       st = b->algo->step(b, grad, out);
     }
   }
-  /* Checks the call left to the device (selections of a planned size): a
-   * wait only when no read-back of the call came after the last of them. */
-  if (st == PGS_OK) st = b->ops->check(b->ops);
+  /* Checks the call left to the device (planned counts, indices): a wait
+   * only when no read-back of the call came after the last of them. Read
+   * after a failure too, so none is left to fail the next call. */
+  const int checked = b->ops->check(b->ops);
+  if (st == PGS_OK) st = checked;
   pgs_phase_enter(b, PGS_PHASE_COUNT);
   b->stats.host_syncs = (int64_t)(b->ops->host_syncs(b->ops) - b->syncs0);
   if (st == PGS_OK) b->step++;

@@ -80,8 +80,10 @@ static int oktopk_init(pgs_bucket_t *b) {
 typedef struct cands {
   int32_t *idx;
   float *val;
-  int64_t m; /* entries listed (valid only when ok) */
-  int ok;    /* the list holds every entry >= its threshold */
+  int64_t m;    /* entries listed (valid only when ok) */
+  int ok;       /* the list holds every entry >= its threshold */
+  float kth;    /* the list's k-th largest |val| (found with the list), */
+  int64_t n_gt; /* and its entries above it; kth < 0: not found */
 } cands_t;
 
 /* The selection (thr, quota) as one ascending list [idx m | val m] in
@@ -168,7 +170,12 @@ static int local_threshold(pgs_bucket_t *b, cands_t *c, float *thr,
     *quota = -1;
     return pgs_banded_threshold(b, b->resid, thr, &n_gt, &n_eq);
   }
-  if (c->ok && c->m >= b->k) {
+  if (c->ok && c->m >= b->k && c->kth >= 0.0f) {
+    /* Found by the fused pass, in its wait for the device. */
+    *thr = c->kth;
+    n_gt = c->n_gt;
+    st = PGS_OK;
+  } else if (c->ok && c->m >= b->k) {
     st =
         b->ops->kth_abs(b->ops, c->val, (size_t)c->m, (size_t)b->k, thr, &n_gt);
   } else {
@@ -207,7 +214,13 @@ static int accumulate_candidates(pgs_bucket_t *b, oktopk_state_t *s,
   if (st != PGS_OK) return st;
   c->idx = s->cand.ptr;
   c->val = (float *)(c->idx + cap);
-  st = pgs_accumulate_select(b, grad, cthr, c->idx, c->val, (size_t)cap, &c->m);
+  /* With a list to read, its k-th largest comes back with its length. */
+  pgs_fused_t res = {0, 0, -1.0f, 0};
+  const size_t k = cthr < INFINITY ? (size_t)b->k : 0;
+  st = pgs_accumulate_kth(b, grad, cthr, c->idx, c->val, (size_t)cap, k, &res);
+  c->m = res.count;
+  c->kth = res.kth;
+  c->n_gt = res.n_gt;
   c->ok = cthr < INFINITY && c->m <= cap;
   if (cthr < INFINITY)
     s->cand_slack = next_slack(s->cand_slack, c->m, b->k, cap);
@@ -217,7 +230,7 @@ static int accumulate_candidates(pgs_bucket_t *b, oktopk_state_t *s,
 static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   oktopk_state_t *s = b->algo_state;
   const int64_t sparse_step = b->step - b->cfg.warmup_steps;
-  cands_t c = {NULL, NULL, 0, 0};
+  cands_t c = {NULL, NULL, 0, 0, -1.0f, 0};
   int st = accumulate_candidates(b, s, grad, &c);
   float thr = 0.0f;
   int64_t quota = 0;

@@ -299,8 +299,8 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
   /* G is duplicate-free: one add per entry into zero gives v/P. */
   if (st == PGS_OK)
-    st = ops->scatter_add(ops, out, b->n, s->aidx.ptr, s->aval.ptr, (size_t)T,
-                          1.0f / (float)P);
+    st = ops->scatter_add_sorted(ops, out, b->n, s->aidx.ptr, s->aval.ptr,
+                                 (size_t)T, 1.0f / (float)P);
   if (st != PGS_OK) return st;
   b->stats.global_selected = T;
   b->stats.global_threshold = thr;

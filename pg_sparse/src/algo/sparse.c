@@ -104,9 +104,9 @@ int pgs_apply_blocks(pgs_bucket_t *b, float *out) {
   char *base = b->recv.ptr;
   for (int r = 0; r < b->size; ++r) {
     int64_t m = b->host_counts[r];
-    /* Every peer's block is validated by scatter_add before it lands. */
-    st = ops->scatter_add(ops, out, b->n, pgs_block_idx(base),
-                          pgs_block_val(base, m), (size_t)m, 1.0f);
+    /* Every peer's block is validated (in range, ascending) before it lands. */
+    st = ops->scatter_add_sorted(ops, out, b->n, pgs_block_idx(base),
+                                 pgs_block_val(base, m), (size_t)m, 1.0f);
     if (st != PGS_OK) return st;
     base += m * 8;
   }

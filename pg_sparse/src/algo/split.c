@@ -302,10 +302,11 @@ static int reduce_block(pgs_bucket_t *b, pgs_split_t *s, const int32_t *blk,
                         const float *val, int64_t c) {
   if (c == 0) return PGS_OK;
   if (s->as_list) return merge_block(b, s, blk, val, c);
-  /* scatter_add validates every index against the region before adding. */
-  return b->ops->scatter_add(b->ops, s->red.ptr,
-                             (size_t)pgs_split_len(s, s->rank), blk, val,
-                             (size_t)c, 1.0f);
+  /* Every index is validated against the region (and the block's order)
+   * before anything is added. */
+  return b->ops->scatter_add_sorted(b->ops, s->red.ptr,
+                                    (size_t)pgs_split_len(s, s->rank), blk, val,
+                                    (size_t)c, 1.0f);
 }
 
 static int reduce_batch(pgs_bucket_t *b, pgs_split_t *s, int first) {

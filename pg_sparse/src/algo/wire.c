@@ -20,7 +20,7 @@ int pgs_wire_round(pgs_bucket_t *b, float *val, int64_t m, void *wire,
   if (st == PGS_OK) st = ops->from_wire(ops, wire, (size_t)m, dt, val);
   if (st != PGS_OK || keep == NULL) return st;
   if (idx != NULL)
-    return ops->scatter_add(ops, keep, b->n, idx, err, (size_t)m, 1.0f);
+    return ops->scatter_add_sorted(ops, keep, b->n, idx, err, (size_t)m, 1.0f);
   /* +Inf: the add alone, nothing counted. */
   return ops->accumulate(ops, keep, err, (size_t)m, INFINITY, NULL);
 }
@@ -47,7 +47,7 @@ int pgs_wire_clear_sent(pgs_bucket_t *b, float *x, size_t n, const int32_t *idx,
                         const float *val, int64_t m) {
   const pgs_ops_t *ops = b->ops;
   if (!pgs_wire_narrow(b)) return ops->zero_at(ops, x, n, idx, (size_t)m);
-  return ops->scatter_add(ops, x, n, idx, val, (size_t)m, -1.0f);
+  return ops->scatter_add_sorted(ops, x, n, idx, val, (size_t)m, -1.0f);
 }
 
 int pgs_wire_sum(pgs_bucket_t *b, void *wire, float *sum, size_t m) {

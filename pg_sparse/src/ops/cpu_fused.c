@@ -265,6 +265,19 @@ int pgs_cpu_accumulate_select(const pgs_ops_t *ops, float *r, const float *g,
   return PGS_OK;
 }
 
+int pgs_cpu_accumulate_kth(const pgs_ops_t *ops, float *r, const float *g,
+                           size_t n, float thr, int32_t *idx, float *val,
+                           size_t cap, size_t k, pgs_fused_t *out) {
+  if (out == NULL) return PGS_ERR_INVALID;
+  out->kth = -1.0f;
+  out->n_gt = 0;
+  int st = pgs_cpu_accumulate_select(ops, r, g, n, thr, idx, val, cap,
+                                     &out->count, &out->nonfinite);
+  const size_t m = (size_t)out->count;
+  if (st != PGS_OK || k < 1 || m < k || m > cap) return st;
+  return pgs_cpu_kth_abs(ops, val, m, k, &out->kth, &out->n_gt);
+}
+
 int pgs_cpu_unaccumulate(const pgs_ops_t *ops, float *r, const float *g,
                          size_t n) {
   (void)ops;

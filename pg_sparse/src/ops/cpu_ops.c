@@ -206,6 +206,20 @@ static int cpu_scatter_add(const pgs_ops_t *ops, float *x, size_t n,
   return PGS_OK;
 }
 
+/* Whether idx is strictly ascending; branch-free like indices_valid. */
+static bool strictly_ascending(const int32_t *idx, size_t m) {
+  bool ok = true;
+  for (size_t j = 1; j < m; ++j) ok &= idx[j - 1] < idx[j];
+  return ok;
+}
+
+static int cpu_scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
+                                  const int32_t *idx, const float *val,
+                                  size_t m, float scale) {
+  if (m > 0 && idx != NULL && !strictly_ascending(idx, m)) return PGS_ERR_INDEX;
+  return cpu_scatter_add(ops, x, n, idx, val, m, scale);
+}
+
 static int cpu_zero_common(const pgs_ops_t *ops, float *x, size_t n,
                            const int32_t *a, const float *a_val, size_t na,
                            int32_t a_offset, const int32_t *b, size_t nb) {
@@ -295,8 +309,10 @@ static const pgs_ops_t cpu_ops = {
     .gather = cpu_gather,
     .zero_at = cpu_zero_at,
     .scatter_add = cpu_scatter_add,
+    .scatter_add_sorted = cpu_scatter_add_sorted,
     .zero_common = cpu_zero_common,
     .accumulate_select = pgs_cpu_accumulate_select,
+    .accumulate_kth = pgs_cpu_accumulate_kth,
     .unaccumulate = pgs_cpu_unaccumulate,
     .shift_idx = pgs_cpu_shift_idx,
     .locate = pgs_cpu_locate,
