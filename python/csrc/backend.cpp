@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
+
 #include "collectives.hpp"
 #include "cuda_p2p.hpp"
 #include "cuda_side.hpp"
@@ -39,6 +41,19 @@ void SparseWork::complete(std::exception_ptr error) {
   else
     mark();
   finish();
+}
+
+void SparseWork::synchronize() {
+  {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    if (device_error_) std::rethrow_exception(device_error_);
+  }
+  if (dev_) dev_->block_current();
+}
+
+void SparseWork::fail_device(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  if (!device_error_) device_error_ = std::move(error);
 }
 
 namespace {
@@ -190,6 +205,15 @@ void SparseBackend::worker_loop() {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      // A device task returns once its kernels are queued, and a kernel
+      // waiting for a dead peer never ends: watch it until its end event
+      // passes. Not once a timeout broke the group: the abort ended it.
+      if (!error && task.dev && task.dev->finished && broken_.empty())
+        in_flight_.push_back(InFlight{c10::weak_intrusive_ptr<SparseWork>(
+                                          task.work),
+                                      task.dev->finished, task.dev->abort,
+                                      task.title,
+                                      running_since_, task.timeout});
       running_.reset();
       running_dev_.reset();
       push_done(Done{task.work, error});
@@ -204,30 +228,74 @@ void SparseBackend::fail_all(const std::string& why) {
   if (running_) push_done(Done{running_, error});
   for (auto& t : queue_) push_done(Done{t.work, error});
   queue_.clear();
+  // Their Works completed when the kernels were queued; the abort that
+  // follows ends those kernels early, so wait() must not report success.
+  for (auto& f : in_flight_)
+    if (auto work = f.work.lock()) work->fail_device(error);
   stopped_cv_.notify_all();
+}
+
+SparseBackend::InFlight* SparseBackend::late_in_flight(
+    std::chrono::steady_clock::time_point now) {
+  // cudaEventQuery never blocks: the mutex is held for microseconds.
+  std::erase_if(in_flight_,
+                [](const InFlight& f) { return f.finished(); });
+  for (auto& f : in_flight_)
+    if (now - f.since > f.timeout) return &f;
+  return nullptr;
+}
+
+void SparseBackend::abort_transports() {
+  // One CUDA side per group: any device task's hooks reach its transport.
+  std::function<bool()> abort_device;
+  if (running_dev_)
+    abort_device = running_dev_->abort;
+  else if (!in_flight_.empty())
+    abort_device = in_flight_.front().abort;
+  aborted_ = comm_ && pgs_comm_abort(comm_.get()) == PGS_OK;
+  if (abort_device && abort_device()) aborted_ = true;
+}
+
+void SparseBackend::time_out(const char* title,
+                             std::chrono::milliseconds timeout, bool device) {
+  std::string op = title;
+  if (op.rfind("pg_sparse:", 0) == 0) op = op.substr(10);
+  // Torch's own timeout tests look for " Timed out ".
+  const std::string why =
+      "pg_sparse: Timed out after " + std::to_string(timeout.count()) +
+      " ms waiting for " + op + " on rank " + std::to_string(rank_) +
+      (device ? " (its kernels were still running on the GPU: " : " (") +
+      "a peer died, stalled or called a different collective); the process "
+      "group is no longer usable" +
+      (in_flight_.empty() ? ""
+                          : " and its CUDA collectives in flight were "
+                            "aborted (their outputs are undefined)");
+  fail_all(why);
+  // The next call raises it, but a program may never make one (the GPU
+  // collective's output read and nothing after): say it now, as torch's
+  // NCCL watchdog does. Not through pgs_log: Python's logging drops it
+  // unless configured.
+  std::fprintf(stderr, "%s\n", why.c_str());
+  // End the stuck call where the transport can (MPI, NCCL): the worker then
+  // returns and can be joined instead of left behind, and ncclCommAbort
+  // makes the stuck kernels return, so streams waiting on them move on.
+  abort_transports();
+  in_flight_.clear();
 }
 
 void SparseBackend::watchdog_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!(stop_ && (worker_done_ || !broken_.empty()))) {
+  // After shutdown, device tasks still in flight are watched to their end:
+  // destroying a communicator under a kernel that waits for a dead peer
+  // would wait forever.
+  while (!(stop_ && (worker_done_ || !broken_.empty()) && in_flight_.empty())) {
     watchdog_cv_.wait_for(lock, 100ms);
-    auto now = std::chrono::steady_clock::now();
-    if (running_ && broken_.empty() &&
-        now - running_since_ > running_timeout_) {
-      // Torch's own timeout tests look for " Timed out ".
-      std::string op = running_title_;
-      if (op.rfind("pg_sparse:", 0) == 0) op = op.substr(10);
-      fail_all("pg_sparse: Timed out after " +
-               std::to_string(running_timeout_.count()) + " ms waiting for " +
-               op + " on rank " + std::to_string(rank_) +
-               " (a peer died, stalled or called a different collective); "
-               "the process group is no longer usable");
-      // End the stuck call where the transport can (MPI, NCCL): the worker
-      // then returns and can be joined instead of left behind.
-      aborted_ = comm_ && pgs_comm_abort(comm_.get()) == PGS_OK;
-      if (running_dev_ && running_dev_->abort && running_dev_->abort())
-        aborted_ = true;
-    }
+    if (!broken_.empty()) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (running_ && now - running_since_ > running_timeout_)
+      time_out(running_title_, running_timeout_, false);
+    else if (const InFlight* late = late_in_flight(now))
+      time_out(late->title, late->timeout, true);
   }
 }
 

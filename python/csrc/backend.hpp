@@ -50,14 +50,16 @@ class SparseWork : public c10d::Work {
              std::shared_ptr<DeviceHooks> dev = nullptr);
   std::vector<at::Tensor> result() override { return outputs_; }
   // Device tensors: the caller's stream waits for the task; the CPU doesn't.
-  void synchronize() override {
-    if (dev_) dev_->block_current();
-  }
+  // Throws once the watchdog aborted the task's kernels (wait() calls it).
+  void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     return future_;
   }
   // Completes once: the first caller (worker result or watchdog) wins.
   void complete(std::exception_ptr error);
+  // The task finished on the host but its kernels timed out on the device
+  // and were aborted: the outputs are undefined, and wait() says so.
+  void fail_device(std::exception_ptr error);
   // The sender of a finished receive (recvAnysource asks for it).
   int sourceRank() const override { return source_; }
   void set_source(int rank) { source_ = rank; }
@@ -68,6 +70,8 @@ class SparseWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> done_{false};
   std::atomic<int> source_{-1};
+  std::mutex device_mutex_;  // not Work::mutex_: wait() holds that
+  std::exception_ptr device_error_;
 };
 
 class CudaSide;
@@ -225,13 +229,37 @@ class SparseBackend : public c10d::Backend {
     c10::intrusive_ptr<SparseWork> work;
     std::exception_ptr error;
   };
+  // A device task the worker finished queueing whose kernels may still run.
+  // Holds nothing that owns CUDA objects: dropping an entry must not
+  // destroy an event in the watchdog (a CUDA call may block there while the
+  // caller waits in a synchronous copy behind the stuck kernels).
+  struct InFlight {
+    c10::weak_intrusive_ptr<SparseWork> work;
+    std::function<bool()> finished;  // DeviceHooks::finished
+    std::function<bool()> abort;     // DeviceHooks::abort
+    const char* title;
+    std::chrono::steady_clock::time_point since;  // the task's start
+    std::chrono::milliseconds timeout;
+  };
 
   void worker_loop();
   void completion_loop();
   void watchdog_loop();
   // With mutex_ held: queue a completion, adding a completer if none is idle.
   void push_done(Done d);
-  void fail_all(const std::string& why);  // with mutex_ held
+  // With mutex_ held: fail the running and queued Works, the device part of
+  // those in flight, and every later call, with @p why.
+  void fail_all(const std::string& why);
+  // With mutex_ held: drop the device tasks that have finished; the first
+  // still running past its timeout, else null.
+  InFlight* late_in_flight(std::chrono::steady_clock::time_point now);
+  // With mutex_ held: @p title timed out (on the device if @p device):
+  // break the group, say so on stderr and abort every transport it may
+  // be stuck in.
+  void time_out(const char* title, std::chrono::milliseconds timeout,
+                bool device);
+  // With mutex_ held: abort the host transport and the CUDA side's.
+  void abort_transports();
 
   CommHandle comm_;
   CommHandle p2p_comm_;
@@ -252,6 +280,8 @@ class SparseBackend : public c10d::Backend {
   std::chrono::steady_clock::time_point running_since_;
   std::chrono::milliseconds running_timeout_{0};
   std::shared_ptr<DeviceHooks> running_dev_;
+  // Device tasks in queue order, until their end event passes.
+  std::deque<InFlight> in_flight_;
   bool stop_ = false;
   bool worker_done_ = false;  // the worker drained its queue and returned
   bool pool_closed_ = false;  // shutdown is joining the completers

@@ -184,6 +184,34 @@ int cuda_side_device(const CudaSide& side) { return side.device(); }
 std::string cuda_side_kind(CudaSide& side) { return side.kind(); }
 std::string cuda_side_p2p_kind(CudaSide& side) { return side.p2p_kind(); }
 
+namespace {
+
+using Flag = std::shared_ptr<std::atomic<bool>>;
+
+// Sets the flag when the stream gets here (the driver's callback thread).
+void CUDART_CB mark_passed(void* arg) {
+  auto* flag = static_cast<Flag*>(arg);
+  (*flag)->store(true);
+  delete flag;
+}
+
+// Queues on @p stream a host function that sets @p flag once the stream has
+// passed everything queued before it. The watchdog reads the flag instead of
+// calling cudaEventQuery: a CUDA call can block while another thread waits
+// in a synchronous copy on the legacy default stream (t.cpu() behind a
+// collective stuck on a dead peer), which is exactly when the watchdog must
+// act. A flag that cannot be queued counts as passed (nothing is watched).
+void watch_end(const c10::cuda::CUDAStream& stream, const Flag& flag) {
+  auto* arg = new Flag(flag);
+  if (cudaLaunchHostFunc(stream.stream(), mark_passed, arg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    delete arg;
+    flag->store(true);
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<DeviceHooks> cuda_prepare(
     const std::shared_ptr<CudaSide>& side,
     const std::vector<at::Tensor>& tensors) {
@@ -203,7 +231,15 @@ std::shared_ptr<DeviceHooks> cuda_prepare(
     c10::cuda::CUDAStreamGuard guard(comm_stream);
     fn();
   };
-  hooks->record_done = [done, comm_stream] { done->record(comm_stream); };
+  // On the comm stream, after the task: the stream the transport queues
+  // its kernels on (NCCL's main stream is this one, and its side streams
+  // join it before the task returns), so the end follows every kernel.
+  auto passed = std::make_shared<std::atomic<bool>>(false);
+  hooks->record_done = [done, comm_stream, passed] {
+    done->record(comm_stream);
+    watch_end(comm_stream, passed);
+  };
+  hooks->finished = [passed] { return passed->load(); };
   hooks->block_current = [done, dev] {
     done->block(c10::cuda::getCurrentCUDAStream(dev));
   };

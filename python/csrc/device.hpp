@@ -18,6 +18,10 @@ struct DeviceHooks {
   std::function<void(const std::function<void()>&)> on_stream;
   // Records the end of the task on the comm stream (worker, after the task).
   std::function<void()> record_done;
+  // Whether the comm stream has passed that end (any thread, never blocks).
+  // A collective returns once its kernels are queued: this is how the
+  // watchdog sees one still waiting on the device for a dead peer.
+  std::function<bool()> finished;
   // Makes the caller's current stream wait for the task (Work::synchronize).
   std::function<void()> block_current;
   // Ends whatever this device's transport is stuck in (any thread; no-op

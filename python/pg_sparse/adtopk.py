@@ -32,6 +32,12 @@ import torch.distributed as dist
 
 from . import _C
 
+# True: CUDA buckets sum after work.wait() on the caller's stream. False (the
+# default): the sum is chained on the exchange's future as on host buckets,
+# so DDP overlaps it with the backward pass; a GPU check runs both forms
+# (both conserve mass and match the CPU's outputs on 2 x H200).
+_CUDA_WAIT = False
+
 
 @dataclass
 class _Bucket:
@@ -219,10 +225,10 @@ def _sparse_call(state: ADTopkState, b: _Bucket, buf: torch.Tensor, group: Any,
                       applied=int(torch.count_nonzero(out)), n=n)
         return buf.copy_(out.div_(world))
     work = dist.all_gather_into_tensor(recv, send, group=group, async_op=True)
-    if buf.is_cuda:
-        # On CUDA the sum runs after work.wait() on the caller's stream (the
-        # form the collective tests check); the chained version failed the
-        # conservation check on 2 x H200 and is kept to host buckets.
+    if buf.is_cuda and _CUDA_WAIT:
+        # The blocking form, kept for the GPU check that compares the two
+        # (the chained form's earlier failure on 2 x H200 was the check's own:
+        # P * out summed over ranks, P^2 * out in all).
         work.wait()
         fut: torch.futures.Future = torch.futures.Future(devices=[dev])
         fut.set_result(finish(None))

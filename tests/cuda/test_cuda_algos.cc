@@ -230,10 +230,9 @@ TEST_P(CudaAlgo, NonfiniteInputFailsOnBoth) {
 // repartition; Ok-Topk from its candidate list): the step path's budget.
 int64_t sync_budget(const std::string &algo) {
   if (algo == "dense") return 1;
-  if (algo == "topka") return 4;
-  if (algo == "gaussiank" || algo == "gtopk") return 5;
-  if (algo == "oktopk") return 6;
-  return 7;  // topkdsa
+  if (algo == "topka" || algo == "gtopk") return 3;
+  if (algo == "gaussiank" || algo == "oktopk") return 4;
+  return 5;  // topkdsa
 }
 
 // The host synchronisations of a device call follow from the algorithm and

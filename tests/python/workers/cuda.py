@@ -17,7 +17,8 @@ from workers.common import ALGOS, Recorder, expect_error, parse_args  # noqa: E4
 
 
 def main() -> None:
-    args = parse_args()
+    args = parse_args(lambda p: p.add_argument(
+        "--only", default="", help="comma-separated substrings of the check names to run"))
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
     import torch.distributed as dist
@@ -313,36 +314,73 @@ def main() -> None:
                 assert torch.equal(got, want), f"{dtype} round {round_}"
         return "chained callbacks saw the gathered int32 and float32 data"
 
-    def adtopk_conserves() -> str:
+    def adtopk_conserves(chained: bool = False) -> Callable[[], str]:
         """ADTopk on CUDA buckets: every call's output and residuals keep
-        the gradient mass (summed over NCCL), every row keeps a pick, and
-        the selection equals the one made on a CPU copy of the residual."""
-        from pg_sparse import adtopk
+        the gradient mass (sum over ranks of the residuals, plus P times the
+        output once: the output is the same on every rank), the output
+        equals the average of every rank's picks made on CPU copies, every
+        row keeps a pick, and the selection equals the one made on a CPU
+        copy of the residual. ``chained``: the exchange's future chained as
+        on host buckets instead of ``work.wait()`` (adtopk._CUDA_WAIT)."""
+        def check() -> str:
+            from pg_sparse import adtopk
 
-        st = adtopk.ADTopkState(density=0.02, warmup_steps=0)
+            st = adtopk.ADTopkState(density=0.02, warmup_steps=0)
 
-        class Shaped(Bucket):
-            def parameters(self):
-                return [torch.empty(30, 40), torch.empty(30), torch.empty(7, 30)]
+            class Shaped(Bucket):
+                def parameters(self):
+                    return [torch.empty(30, 40), torch.empty(30), torch.empty(7, 30)]
 
-        n = 30 * 40 + 30 + 7 * 30
-        applied = 0
-        for call in range(5):
-            g = data((n,), torch.float32, 60 + call)
-            b = st.buckets.get(0)
-            before = torch.zeros(n, device=dev) if b is None else b.residual.clone()
-            acc = g + before
-            out = adtopk.step(st, Shaped(g.clone())).wait()
-            b = st.buckets[0]
-            assert out.device == dev and b.residual.device == dev
-            lhs, rhs = b.residual + size * out, acc.clone()
-            dist.all_reduce(lhs, group=nccl)
-            dist.all_reduce(rhs, group=nccl)
-            assert torch.allclose(lhs, rhs, rtol=1e-5, atol=1e-5), (lhs - rhs).abs().max()
-            want = adtopk.select(acc.cpu(), b.segments, max(1, round(0.02 * n)), True)
-            assert torch.equal(b.last["idx"].cpu(), want), "selection differs from the CPU's"
-            applied += b.last["applied"]
-        return f"5 calls conserve mass, selections equal the CPU's, {applied} entries applied"
+            def gsum(t: torch.Tensor) -> torch.Tensor:
+                t = t.clone()
+                dist.all_reduce(t, group=nccl)
+                return t
+
+            n = 30 * 40 + 30 + 7 * 30
+            k = max(1, round(0.02 * n))
+            applied, worst, old_excess = 0, 0.0, 0.0
+            saved = adtopk._CUDA_WAIT
+            adtopk._CUDA_WAIT = not chained
+            try:
+                for call in range(5):
+                    g = data((n,), torch.float32, 60 + call)
+                    b = st.buckets.get(0)
+                    before = torch.zeros(n, device=dev) if b is None else b.residual.clone()
+                    acc = g + before
+                    out = adtopk.step(st, Shaped(g.clone())).wait()
+                    b = st.buckets[0]
+                    assert out.device == dev and b.residual.device == dev
+                    # The CPU oracle: every rank's picks of its acc, averaged.
+                    accs = torch.empty(size * n, device=dev)
+                    dist.all_gather_into_tensor(accs, acc, group=nccl)
+                    want_out = torch.zeros(n, dtype=torch.float64)
+                    for a in accs.cpu().view(size, n):
+                        i = adtopk.select(a, b.segments, k, True)
+                        want_out.index_add_(0, i, a[i].double())
+                    want_out /= size
+                    diff = (out.cpu().double() - want_out).abs().max().item()
+                    assert diff <= 1e-6 * (1 + want_out.abs().max().item()), \
+                        f"call {call}: output differs from the CPU oracle by {diff}"
+                    lhs, rhs = gsum(b.residual) + size * out, gsum(acc)
+                    gap = (lhs - rhs).abs().max().item()
+                    worst = max(worst, gap)
+                    assert torch.allclose(lhs, rhs, rtol=1e-5, atol=1e-5), \
+                        f"call {call}: conservation off by {gap}"
+                    # The formula this check used before (P * out added on
+                    # every rank): off by P (P - 1) |out| exactly.
+                    old = (gsum(b.residual + size * out) - rhs).abs().max().item()
+                    old_excess = max(old_excess, abs(
+                        old - size * (size - 1) * out.abs().max().item()))
+                    want = adtopk.select(acc.cpu(), b.segments, k, True)
+                    assert torch.equal(b.last["idx"].cpu(), want), \
+                        "selection differs from the CPU's"
+                    applied += b.last["applied"]
+            finally:
+                adtopk._CUDA_WAIT = saved
+            return (f"5 calls conserve mass (max gap {worst:.1e}), outputs and selections "
+                    f"equal the CPU's, {applied} entries applied; old formula minus "
+                    f"P(P-1)max|out|: {old_excess:.1e}")
+        return check
 
     checks: list[tuple[str, Callable[[], str]]] = [("broadcast", broadcast)]
     for op in ("SUM", "AVG", "MAX", "MIN", "PRODUCT"):
@@ -362,9 +400,13 @@ def main() -> None:
     checks += [("oktopk_density001_trains", oktopk_trains)]
     checks += [(f"adam_{s}_matches_cpu", adam_matches_cpu(s)) for s in ("gradient", "normalized")]
     checks += [("then_sees_gathered", then_sees_gathered),
-               ("adtopk_conserves", adtopk_conserves)]
+               ("adtopk_conserves", adtopk_conserves()),
+               ("adtopk_conserves_chained", adtopk_conserves(chained=True))]
+    # --only a,b: the checks whose names contain a or b (default: all).
+    only = [w for w in args.only.split(",") if w]
     for name, fn in checks:
-        rec.run(name, fn)
+        if not only or any(w in name for w in only):
+            rec.run(name, fn)
     rec.info["device"] = torch.cuda.get_device_name(dev)
     rec.finish()
     dist.destroy_process_group()
