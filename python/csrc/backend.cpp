@@ -209,11 +209,9 @@ void SparseBackend::worker_loop() {
       // waiting for a dead peer never ends: watch it until its end event
       // passes. Not once a timeout broke the group: the abort ended it.
       if (!error && task.dev && task.dev->finished && broken_.empty())
-        in_flight_.push_back(InFlight{c10::weak_intrusive_ptr<SparseWork>(
-                                          task.work),
-                                      task.dev->finished, task.dev->abort,
-                                      task.title,
-                                      running_since_, task.timeout});
+        in_flight_.push_back(InFlight{
+            c10::weak_intrusive_ptr<SparseWork>(task.work), task.dev->finished,
+            task.dev->abort, task.title, running_since_, task.timeout});
       running_.reset();
       running_dev_.reset();
       push_done(Done{task.work, error});
@@ -238,8 +236,7 @@ void SparseBackend::fail_all(const std::string& why) {
 SparseBackend::InFlight* SparseBackend::late_in_flight(
     std::chrono::steady_clock::time_point now) {
   // cudaEventQuery never blocks: the mutex is held for microseconds.
-  std::erase_if(in_flight_,
-                [](const InFlight& f) { return f.finished(); });
+  std::erase_if(in_flight_, [](const InFlight& f) { return f.finished(); });
   for (auto& f : in_flight_)
     if (now - f.since > f.timeout) return &f;
   return nullptr;
