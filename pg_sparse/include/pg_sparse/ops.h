@@ -172,10 +172,11 @@ struct pgs_ops {
    *  j < nkeys (where each region of a sorted pair list begins). */
   int (*locate)(const pgs_ops_t *ops, const int32_t *idx, size_t m,
                 const int64_t *keys_host, int nkeys, int64_t *pos_host);
-  /** Errors of the checks earlier functions left to the device (see
-   *  compact): waits for the device only while such a check is unread, so a
-   *  call that ends with a read-back pays nothing; always PGS_OK on the
-   *  host, where every check is made at once. */
+  /** Errors of the checks earlier functions left to the device (a planned
+   *  count, see compact; indices, see gather): PGS_ERR_INDEX or
+   *  PGS_ERR_INVALID, reported once. Waits for the device only while such
+   *  a check is unread, so a call that ends with a read-back pays nothing;
+   *  always PGS_OK on the host, where every check is made at once. */
   int (*check)(const pgs_ops_t *ops);
   /** locate and count_regions in one: for an ascending idx[0..m) with
    *  values val, pos_host[j] = #{idx < keys_host[j]} for j <= nreg, and for
