@@ -206,8 +206,9 @@ void SparseBackend::worker_loop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       // A device task returns once its kernels are queued, and a kernel
-      // waiting for a dead peer never ends: watch it until its end event
-      // passes. Not once a timeout broke the group: the abort ended it.
+      // waiting for a dead peer never ends: watch it until the comm stream
+      // passes its end. Not once a timeout broke the group: the abort ended
+      // it.
       if (!error && task.dev && task.dev->finished && broken_.empty())
         in_flight_.push_back(InFlight{
             c10::weak_intrusive_ptr<SparseWork>(task.work), task.dev->finished,
@@ -235,7 +236,7 @@ void SparseBackend::fail_all(const std::string& why) {
 
 SparseBackend::InFlight* SparseBackend::late_in_flight(
     std::chrono::steady_clock::time_point now) {
-  // cudaEventQuery never blocks: the mutex is held for microseconds.
+  // finished() reads a flag (no CUDA call): the mutex is held briefly.
   std::erase_if(in_flight_, [](const InFlight& f) { return f.finished(); });
   for (auto& f : in_flight_)
     if (now - f.since > f.timeout) return &f;

@@ -280,7 +280,7 @@ class SparseBackend : public c10d::Backend {
   std::chrono::steady_clock::time_point running_since_;
   std::chrono::milliseconds running_timeout_{0};
   std::shared_ptr<DeviceHooks> running_dev_;
-  // Device tasks in queue order, until their end event passes.
+  // Device tasks in queue order, until the comm stream passes their end.
   std::deque<InFlight> in_flight_;
   bool stop_ = false;
   bool worker_done_ = false;  // the worker drained its queue and returned

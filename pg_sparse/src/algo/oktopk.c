@@ -170,14 +170,12 @@ static int local_threshold(pgs_bucket_t *b, cands_t *c, float *thr,
     *quota = -1;
     return pgs_banded_threshold(b, b->resid, thr, &n_gt, &n_eq);
   }
-  if (c->ok && c->m >= b->k && c->kth >= 0.0f) {
-    /* Found by the fused pass, in its wait for the device. */
+  if (c->ok && c->m >= b->k) {
+    /* Found by the fused pass, in its wait for the device (the list holds
+     * k to cap entries, so accumulate_kth must have found it). */
     *thr = c->kth;
     n_gt = c->n_gt;
-    st = PGS_OK;
-  } else if (c->ok && c->m >= b->k) {
-    st =
-        b->ops->kth_abs(b->ops, c->val, (size_t)c->m, (size_t)b->k, thr, &n_gt);
+    st = c->kth >= 0.0f ? PGS_OK : PGS_ERR_INVALID;
   } else {
     c->ok = 0; /* the list may miss entries above the threshold */
     st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, thr, &n_gt);
