@@ -44,16 +44,8 @@ void SparseWork::complete(std::exception_ptr error) {
 }
 
 void SparseWork::synchronize() {
-  {
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    if (device_error_) std::rethrow_exception(device_error_);
-  }
+  device_failure_->rethrow_if_set();
   if (dev_) dev_->block_current();
-}
-
-void SparseWork::fail_device(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(device_mutex_);
-  if (!device_error_) device_error_ = std::move(error);
 }
 
 namespace {
@@ -211,8 +203,8 @@ void SparseBackend::worker_loop() {
       // it.
       if (!error && task.dev && task.dev->finished && broken_.empty())
         in_flight_.push_back(InFlight{
-            c10::weak_intrusive_ptr<SparseWork>(task.work), task.dev->finished,
-            task.dev->abort, task.title, running_since_, task.timeout});
+            task.work->device_failure(), task.dev->finished, task.dev->abort,
+            task.title, running_since_, task.timeout});
       running_.reset();
       running_dev_.reset();
       push_done(Done{task.work, error});
@@ -229,8 +221,7 @@ void SparseBackend::fail_all(const std::string& why) {
   queue_.clear();
   // Their Works completed when the kernels were queued; the abort that
   // follows ends those kernels early, so wait() must not report success.
-  for (auto& f : in_flight_)
-    if (auto work = f.work.lock()) work->fail_device(error);
+  for (auto& f : in_flight_) f.failure->set(error);
   stopped_cv_.notify_all();
 }
 

@@ -57,9 +57,12 @@ class SparseWork : public c10d::Work {
   }
   // Completes once: the first caller (worker result or watchdog) wins.
   void complete(std::exception_ptr error);
-  // The task finished on the host but its kernels timed out on the device
-  // and were aborted: the outputs are undefined, and wait() says so.
-  void fail_device(std::exception_ptr error);
+  // Where the watchdog says that the task finished on the host but its
+  // kernels timed out on the device and were aborted: the outputs are
+  // undefined, and wait() says so.
+  const std::shared_ptr<DeviceFailure>& device_failure() const {
+    return device_failure_;
+  }
   // The sender of a finished receive (recvAnysource asks for it).
   int sourceRank() const override { return source_; }
   void set_source(int rank) { source_ = rank; }
@@ -70,8 +73,8 @@ class SparseWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> done_{false};
   std::atomic<int> source_{-1};
-  std::mutex device_mutex_;  // not Work::mutex_: wait() holds that
-  std::exception_ptr device_error_;
+  std::shared_ptr<DeviceFailure> device_failure_ =
+      std::make_shared<DeviceFailure>();
 };
 
 class CudaSide;
@@ -230,13 +233,13 @@ class SparseBackend : public c10d::Backend {
     std::exception_ptr error;
   };
   // A device task the worker finished queueing whose kernels may still run.
-  // Holds nothing that owns CUDA objects: dropping an entry must not
-  // destroy an event in the watchdog (a CUDA call may block there while the
-  // caller waits in a synchronous copy behind the stuck kernels).
+  // Holds nothing that owns CUDA objects, not even a weak reference to the
+  // Work (whose last one runs its destructor): dropping an entry must not
+  // destroy an event in the watchdog (see DeviceFailure).
   struct InFlight {
-    c10::weak_intrusive_ptr<SparseWork> work;
-    std::function<bool()> finished;  // DeviceHooks::finished
-    std::function<bool()> abort;     // DeviceHooks::abort
+    std::shared_ptr<DeviceFailure> failure;  // the Work's
+    std::function<bool()> finished;          // DeviceHooks::finished
+    std::function<bool()> abort;             // DeviceHooks::abort
     const char* title;
     std::chrono::steady_clock::time_point since;  // the task's start
     std::chrono::milliseconds timeout;

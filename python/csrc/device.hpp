@@ -5,11 +5,37 @@
 
 #include <c10/core/Device.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace pg_sparse {
+
+// Set by the watchdog once it aborted a task's kernels; wait() rethrows it.
+// Shared by the Work and the watchdog's entry for the task instead of the
+// Work itself: a Work owns CUDA events (its future's), and the watchdog must
+// never be the one to destroy them. cudaEventDestroy waits for the driver's
+// lock, which a thread blocked in a synchronous copy behind the stuck
+// kernels holds (seen with cuda-gdb on 2 x H200: the watchdog, dropping the
+// last weak reference to a finished Work, sat in cuEventDestroy while
+// t.cpu() sat in cuMemcpyDtoHAsync, so it never reached the timeout).
+class DeviceFailure {
+ public:
+  void set(std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::move(error);
+  }
+  void rethrow_if_set() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
 
 struct DeviceHooks {
   std::vector<c10::Device> devices;

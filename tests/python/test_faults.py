@@ -79,12 +79,7 @@ CUDA_CONFIGS = {
 }
 
 
-# A dense all_reduce over NCCL whose survivor waits in t.cpu() at once still
-# hangs on 2 x H200 (docs/reliability/README.md): expected to fail until then.
-HANGS = pytest.mark.xfail(strict=True, reason="survivor hangs in t.cpu() behind "
-                          "the queued NCCL all_reduce; the watchdog does not report")
-CUDA_CASES = [pytest.param(c, m, marks=HANGS) if "nccl" in c and m == "allreduce"
-              else (c, m) for c in CUDA_CONFIGS for m in MODES]
+CUDA_CASES = [(c, m) for c in CUDA_CONFIGS for m in MODES]
 
 
 def cuda_job(jobs, config, mode):
@@ -111,7 +106,6 @@ def test_cuda_survivor_raises_and_nothing_is_left(jobs, config, mode):
 # return, t.cpu() too), says so on stderr, and the next call raises naming
 # the all_reduce.
 @pytest.mark.skipif(NGPU < 2, reason="needs 2 CUDA GPUs (one rank per GPU)")
-@HANGS
 @pytest.mark.parametrize("config", [c for c in CUDA_CONFIGS if "nccl" in c])
 def test_cuda_queued_allreduce_times_out_on_the_device(jobs, config):
     job = cuda_job(jobs, config, "allreduce")
