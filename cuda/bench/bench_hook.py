@@ -85,28 +85,39 @@ def time_steps(step: Callable[[], None], warmup: int, steps: int) -> list[float]
     return out
 
 
-def profile_counts(step: Callable[[], None], steps: int = 5) -> dict[str, float]:
-    """Per step: kernel launches, cudaMemcpyAsync and stream synchronisations."""
+API_KINDS = {
+    "launches": ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel"),
+    "memcpy": ("cudaMemcpyAsync",),
+    "syncs": ("cudaStreamSynchronize", "cudaDeviceSynchronize"),
+    "hostfn": ("cudaLaunchHostFunc",),
+    "events": ("cudaEventRecord", "cudaStreamWaitEvent"),
+    "malloc": ("cudaMalloc",),
+    "free": ("cudaFree",),
+}
+
+
+def profile_counts(step: Callable[[], None], steps: int = 5,
+                   table: Path | None = None) -> dict[str, float]:
+    """Per step: calls of each CUDA API kind (kernel launches, cudaMemcpyAsync,
+    stream synchronisations, ...) and the host milliseconds spent in them
+    (``<kind>_ms``; a synchronisation's time is its wait for the device).
+    ``table``: also write the profiler's table of the busiest events there."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    counts = {"launches": 0, "memcpy": 0, "syncs": 0, "malloc": 0, "free": 0}
-    for e in prof.key_averages():
-        name = e.key
-        if name in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel"):
-            counts["launches"] += e.count
-        elif name == "cudaMemcpyAsync":
-            counts["memcpy"] += e.count
-        elif name in ("cudaStreamSynchronize", "cudaDeviceSynchronize"):
-            counts["syncs"] += e.count
-        elif name == "cudaMalloc":
-            counts["malloc"] += e.count
-        elif name == "cudaFree":
-            counts["free"] += e.count
-    return {k: v / steps for k, v in counts.items()}
+    out = {k: 0.0 for k in API_KINDS} | {f"{k}_ms": 0.0 for k in API_KINDS}
+    events = prof.key_averages()
+    for e in events:
+        for kind, names in API_KINDS.items():
+            if e.key in names:
+                out[kind] += e.count
+                out[f"{kind}_ms"] += e.cpu_time_total / 1e3
+    if table is not None:
+        table.write_text(events.table(sort_by="cpu_time_total", row_limit=45))
+    return {k: v / steps for k, v in out.items()}
 
 
 def main() -> int:
@@ -131,7 +142,10 @@ def main() -> int:
         for m in methods:
             times[m] += time_steps(steps[m], args.warmup, args.steps)
     med = {m: statistics.median(t) * 1e3 for m, t in times.items()}
-    prof = {m: profile_counts(steps[m]) for m in ("nccl", "oktopk", "topka", "powersgd")}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    prof = {m: profile_counts(steps[m], table=Path(args.out) / f"hook_profile_{m}.txt"
+                              if m == "oktopk" else None)
+            for m in ("nccl", "oktopk", "topka", "powersgd")}
     card = torch.cuda.get_device_name(dev)
     rows = []
     for m in methods:
@@ -149,14 +163,18 @@ def main() -> int:
               f"{dist.get_world_size()}; 6 x Linear(2048, 2048), batch 256; density "
               f"{args.density}; median of {args.repeats} x {args.steps} steps")
         print("| method | step ms (median) | min-max | added vs NCCL DDP (ms) | "
-              "launches/step | memcpy/step | syncs/step |")
-        print("|---|---|---|---|---|---|---|")
+              "launches/step | memcpy/step | syncs/step | host ms in launches / "
+              "copies / syncs / host functions |")
+        print("|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['method']} | {r['median_ms']:.3f} | {r['min_ms']:.3f}-"
                   f"{r['max_ms']:.3f} | {r['vs_nccl_ms']:+.3f} | "
                   f"{r.get('prof_launches', float('nan')):.0f} | "
                   f"{r.get('prof_memcpy', float('nan')):.0f} | "
-                  f"{r.get('prof_syncs', float('nan')):.0f} |")
+                  f"{r.get('prof_syncs', float('nan')):.0f} | "
+                  + " / ".join(f"{r.get(f'prof_{k}_ms', float('nan')):.2f}"
+                               for k in ("launches", "memcpy", "syncs", "hostfn"))
+                  + " |")
     dist.destroy_process_group()
     return 0
 

@@ -9,6 +9,14 @@
 //      k = 250k, against a full CUB radix sort of |x| (torch.topk is timed
 //      by bench_topk.py on the same machine).
 //
+//  (c) what each threshold estimator's guess costs on its own at n = 25M
+//      and 100M (density 0.01): the statistics pass of the Gaussian and
+//      SIDCo exponential guesses (mean_std), of one SIDCo stage
+//      (abs_stats), DGC's 1% sample (gather + kth_abs of the sample), then
+//      the count at a threshold and the compaction that every guessed
+//      selection adds, and the exact radix select, each also in reads of
+//      the input (4n bytes at the device-to-device copy's bandwidth).
+//
 // Each figure is the median of many runs after warm-up, timed with CUDA
 // events on the table's stream. Usage: pgs_cuda_bench [runs]
 #include <cuda_runtime.h>
@@ -95,6 +103,87 @@ __global__ void abs_bits_kernel(const float *x, unsigned *out, size_t n) {
 void fill(float *x, size_t n, unsigned seed, cudaStream_t s) {
   fill_normalish<<<1024, 256, 0, s>>>(x, n, seed);
   CHECK_CUDA(cudaGetLastError());
+}
+
+// (c) The estimators' parts, one size: each call includes its read-back,
+// as the selection pays it.
+void estimator_costs_at(pgs_ops_t *ops, cudaStream_t s, int runs, size_t n) {
+  const size_t k = n / 100, m = n / 100;  // density 0.01, DGC's 1% sample
+  float *x = nullptr, *copy_dst = nullptr, *sample = nullptr, *val = nullptr;
+  int32_t *sidx = nullptr, *idx = nullptr;
+  CHECK_CUDA(cudaMalloc(&x, n * 4));
+  CHECK_CUDA(cudaMalloc(&copy_dst, n * 4));
+  CHECK_CUDA(cudaMalloc(&sample, m * 4));
+  CHECK_CUDA(cudaMalloc(&sidx, m * 4));
+  CHECK_CUDA(cudaMalloc(&idx, 2 * k * 4));
+  CHECK_CUDA(cudaMalloc(&val, 2 * k * 4));
+  fill(x, n, 4, s);
+  std::vector<int32_t> host(m);
+  std::mt19937_64 rng(n);
+  for (auto &i : host) i = static_cast<int32_t>(rng() % n);
+  CHECK_CUDA(cudaMemcpy(sidx, host.data(), m * 4, cudaMemcpyHostToDevice));
+  // One read of x: half a copy of 4n bytes' worth (2n read + 2n written).
+  const double t_copy = median_ms(s, 3, runs, [&] {
+    CHECK_CUDA(
+        cudaMemcpyAsync(copy_dst, x, n * 2, cudaMemcpyDeviceToDevice, s));
+  });
+  const double t_read = t_copy;  // moves 4n bytes, as one read of x does
+  double mean = 0, sd = 0, st5[5] = {0};
+  float thr = 0;
+  int64_t n_gt = 0, gt = 0, eq = 0, got = 0;
+  const int64_t whole[2] = {0, static_cast<int64_t>(n)};
+  struct Row {
+    const char *what;
+    double ms;
+  } rows[] = {
+      {"mean_std (gaussian, sidco_exp guess)",
+       median_ms(s, 3, runs,
+                 [&] { CHECK_PGS(ops->mean_std(ops, x, n, &mean, &sd)); })},
+      {"abs_stats (one SIDCo stage)",
+       median_ms(s, 3, runs,
+                 [&] { CHECK_PGS(ops->abs_stats(ops, x, n, 0.0f, st5)); })},
+      {"gather + kth_abs of 1% (dgc_sample)",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(ops->gather(ops, x, n, sidx, m, sample));
+                   CHECK_PGS(
+                       ops->kth_abs(ops, sample, m, m / 100, &thr, &n_gt));
+                 })},
+      {"kth_abs over n (exact)",
+       median_ms(s, 3, runs,
+                 [&] { CHECK_PGS(ops->kth_abs(ops, x, n, k, &thr, &n_gt)); })},
+      {"count_regions at thr (any guess)",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(
+                       ops->count_regions(ops, x, n, whole, 1, thr, &gt, &eq));
+                 })},
+      {"compact at thr (any selection)",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(ops->compact(ops, x, n, thr, -1, 0, idx, val,
+                                          2 * k, &got));
+                 })},
+  };
+  std::printf("n = %zu: one read of x (4n bytes at the copy's rate) %.1f us\n",
+              n, t_read * 1e3);
+  for (const Row &r : rows)
+    std::printf("  %-38s %8.1f us  %5.2f reads\n", r.what, r.ms * 1e3,
+                r.ms / t_read);
+  CHECK_CUDA(cudaFree(x));
+  CHECK_CUDA(cudaFree(copy_dst));
+  CHECK_CUDA(cudaFree(sample));
+  CHECK_CUDA(cudaFree(sidx));
+  CHECK_CUDA(cudaFree(idx));
+  CHECK_CUDA(cudaFree(val));
+}
+
+void estimator_costs(pgs_ops_t *ops, cudaStream_t s, int runs) {
+  std::printf(
+      "\n(c) the estimators' parts, density 0.01 (issue target: a cheap "
+      "guess <= 1.5 reads, 0.25 ms at 100M on an H100)\n");
+  for (size_t n : {size_t{25} << 20, size_t{100} << 20})
+    estimator_costs_at(ops, s, runs, n);
 }
 
 }  // namespace
@@ -256,6 +345,7 @@ int main(int argc, char **argv) {
     CHECK_CUDA(cudaFree(idx));
     CHECK_CUDA(cudaFree(val));
   }
+  estimator_costs(ops, s, runs);
   pgs_ops_cuda_destroy(ops);
   CHECK_CUDA(cudaStreamDestroy(s));
   return 0;

@@ -86,7 +86,7 @@ class ADTopkState:
         ``local_selected`` (this rank's picks) and ``n``."""
         last = [b.last for b in self.buckets.values() if "n" in b.last]
         return {"bytes_sent": float(sum(x["bytes_sent"] for x in last)),
-                "global_selected": float(sum(x["applied"] for x in last)),
+                "global_selected": float(sum(int(x["applied"]) for x in last)),
                 "local_selected": float(sum(x["picks"] for x in last)),
                 "n": float(sum(x["n"] for x in last))}
 
@@ -221,8 +221,10 @@ def _sparse_call(state: ADTopkState, b: _Bucket, buf: torch.Tensor, group: Any,
         out = total[:n]
         # A ring allgather: a rank sends its block (4-byte indices and
         # values) P - 1 times.
+        # The count stays a tensor until summary() asks: no device wait
+        # inside the future's callback on CUDA.
         b.last.update(bytes_sent=8 * cap * (world - 1), picks=m,
-                      applied=int(torch.count_nonzero(out)), n=n)
+                      applied=torch.count_nonzero(out), n=n)
         return buf.copy_(out.div_(world))
     work = dist.all_gather_into_tensor(recv, send, group=group, async_op=True)
     if buf.is_cuda and _CUDA_WAIT:

@@ -374,7 +374,7 @@ def main() -> None:
                     want = adtopk.select(acc.cpu(), b.segments, k, True)
                     assert torch.equal(b.last["idx"].cpu(), want), \
                         "selection differs from the CPU's"
-                    applied += b.last["applied"]
+                    applied += int(b.last["applied"])
             finally:
                 adtopk._CUDA_WAIT = saved
             return (f"5 calls conserve mass (max gap {worst:.1e}), outputs and selections "
