@@ -13,21 +13,36 @@ __global__ void __launch_bounds__(kScanThreads)
   __shared__ typename Scan::TempStorage tmp;
   const unsigned long long lo = ntiles * threadIdx.x / kScanThreads;
   const unsigned long long hi = ntiles * (threadIdx.x + 1) / kScanThreads;
+  // Loads in batches of kBatch, so a thread's run (ntiles / 512 counts,
+  // 50 at n = 100M) waits for memory once per batch, not once per count.
+  constexpr int kBatch = 8;
   unsigned long long s1 = 0, s2 = 0;
-  for (unsigned long long i = lo; i < hi; ++i) {
-    const uint2 k = counts[i];
-    s1 += k.x;
-    s2 += k.y;
+  for (unsigned long long i = lo; i < hi; i += kBatch) {
+    uint2 k[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      k[u] = i + u < hi ? counts[i + u] : make_uint2(0, 0);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      s1 += k[u].x;
+      s2 += k[u].y;
+    }
   }
   unsigned long long e1 = 0, e2 = 0;
   Scan(tmp).ExclusiveSum(s1, e1);
   __syncthreads();
   Scan(tmp).ExclusiveSum(s2, e2);
-  for (unsigned long long i = lo; i < hi; ++i) {
-    offs[i] = make_ulonglong2(e1, e2);
-    const uint2 k = counts[i];
-    e1 += k.x;
-    e2 += k.y;
+  for (unsigned long long i = lo; i < hi; i += kBatch) {
+    uint2 k[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      k[u] = i + u < hi ? counts[i + u] : make_uint2(0, 0);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (i + u < hi) offs[i + u] = make_ulonglong2(e1, e2);
+      e1 += k[u].x;
+      e2 += k[u].y;
+    }
   }
   if (threadIdx.x == kScanThreads - 1) offs[ntiles] = make_ulonglong2(e1, e2);
 }

@@ -18,7 +18,8 @@
 //      the input (4n bytes at the device-to-device copy's bandwidth).
 //
 // Each figure is the median of many runs after warm-up, timed with CUDA
-// events on the table's stream. Usage: pgs_cuda_bench [runs]
+// events on the table's stream. Usage: pgs_cuda_bench [runs [sections]],
+// sections a subset of "abc" (default all).
 #include <cuda_runtime.h>
 #include <pg_sparse/ops_cuda.h>
 
@@ -182,6 +183,12 @@ void estimator_costs(pgs_ops_t *ops, cudaStream_t s, int runs) {
   std::printf(
       "\n(c) the estimators' parts, density 0.01 (issue target: a cheap "
       "guess <= 1.5 reads, 0.25 ms at 100M on an H100)\n");
+  // PGS_BENCH_N: one size instead (a profiler run).
+  const char *one = std::getenv("PGS_BENCH_N");
+  if (one != nullptr) {
+    estimator_costs_at(ops, s, runs, std::strtoull(one, nullptr, 10));
+    return;
+  }
   for (size_t n : {size_t{25} << 20, size_t{100} << 20})
     estimator_costs_at(ops, s, runs, n);
 }
@@ -190,6 +197,11 @@ void estimator_costs(pgs_ops_t *ops, cudaStream_t s, int runs) {
 
 int main(int argc, char **argv) {
   const int runs = argc > 1 ? std::atoi(argv[1]) : 50;
+  // Sections to run (a profiler run takes one): default all.
+  const char *sections = argc > 2 ? argv[2] : "abc";
+  auto want = [sections](char c) {
+    return std::strchr(sections, c) != nullptr;
+  };
   if (!pgs_cuda_available()) {
     std::printf("no CUDA device\n");
     return 0;
@@ -220,71 +232,74 @@ int main(int argc, char **argv) {
   pgs_ops_t *ops = nullptr;
   CHECK_PGS(pgs_ops_cuda_create(s, dev, &ops));
 
-  // ---- (a) fused accumulate
-  // ---------------------------------------------------
-  std::printf(
-      "\n(a) accumulate r += g with count |r| >= thr; floor = 12n bytes\n");
-  std::printf("%10s %11s %11s %11s %11s %9s %9s %9s %9s\n", "n", "copy GB/s",
-              "acc+cnt us", "acc us", "acc x20 us", "%copy", "%peak",
-              "%copy(nc)", "%peak(nc)");
-  for (size_t n : {size_t{8} << 20, size_t{32} << 20, size_t{128} << 20}) {
-    float *r = nullptr, *g = nullptr;
-    CHECK_CUDA(cudaMalloc(&r, n * 4));
-    CHECK_CUDA(cudaMalloc(&g, n * 4));
-    fill(r, n, 1, s);
-    fill(g, n, 2, s);
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    const double bytes = 12.0 * n;
-    // Practical peak: a device-to-device copy moving the same 12n bytes
-    // (reads 6n, writes 6n).
-    float *copy_src = nullptr, *copy_dst = nullptr;
-    CHECK_CUDA(cudaMalloc(&copy_src, n * 6));
-    CHECK_CUDA(cudaMalloc(&copy_dst, n * 6));
-    const double t_copy = median_ms(s, 3, runs, [&] {
-      CHECK_CUDA(cudaMemcpyAsync(copy_dst, copy_src, n * 6,
-                                 cudaMemcpyDeviceToDevice, s));
-    });
-    CHECK_CUDA(cudaFree(copy_src));
-    CHECK_CUDA(cudaFree(copy_dst));
-    const double copy_gbs = bytes / (t_copy * 1e-3) / 1e9;
-    int64_t cnt = 0;
-    // With the count: the call includes its read-back (one host round trip).
-    const double t_cnt = median_ms(s, 3, runs, [&] {
-      CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, &cnt));
-    });
-    // Without the count: asynchronous, one kernel.
-    const double t_nc = median_ms(s, 3, runs, [&] {
-      CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, nullptr));
-    });
-    // 20 back-to-back calls without count: the kernel alone, launch hidden.
-    const double t_20 =
-        median_ms(s, 1, std::max(5, runs / 5),
-                  [&] {
-                    for (int i = 0; i < 20; ++i)
-                      CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, nullptr));
-                  }) /
-        20.0;
-    const double floor_copy = bytes / (copy_gbs * 1e9) * 1e3;  // ms
-    const double floor_peak = peak_gbs > 0 ? bytes / (peak_gbs * 1e9) * 1e3 : 0;
+  if (want('a')) {
+    // ---- (a) fused accumulate
+    // ---------------------------------------------------
     std::printf(
-        "%10zu %11.0f %11.1f %11.1f %11.1f %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n",
-        n, copy_gbs, t_cnt * 1e3, t_nc * 1e3, t_20 * 1e3,
-        100.0 * floor_copy / t_cnt,
-        peak_gbs > 0 ? 100.0 * floor_peak / t_cnt : 0.0,
-        100.0 * floor_copy / t_20,
-        peak_gbs > 0 ? 100.0 * floor_peak / t_20 : 0.0);
-    CHECK_CUDA(cudaFree(r));
-    CHECK_CUDA(cudaFree(g));
+        "\n(a) accumulate r += g with count |r| >= thr; floor = 12n bytes\n");
+    std::printf("%10s %11s %11s %11s %11s %9s %9s %9s %9s\n", "n", "copy GB/s",
+                "acc+cnt us", "acc us", "acc x20 us", "%copy", "%peak",
+                "%copy(nc)", "%peak(nc)");
+    for (size_t n : {size_t{8} << 20, size_t{32} << 20, size_t{128} << 20}) {
+      float *r = nullptr, *g = nullptr;
+      CHECK_CUDA(cudaMalloc(&r, n * 4));
+      CHECK_CUDA(cudaMalloc(&g, n * 4));
+      fill(r, n, 1, s);
+      fill(g, n, 2, s);
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      const double bytes = 12.0 * n;
+      // Practical peak: a device-to-device copy moving the same 12n bytes
+      // (reads 6n, writes 6n).
+      float *copy_src = nullptr, *copy_dst = nullptr;
+      CHECK_CUDA(cudaMalloc(&copy_src, n * 6));
+      CHECK_CUDA(cudaMalloc(&copy_dst, n * 6));
+      const double t_copy = median_ms(s, 3, runs, [&] {
+        CHECK_CUDA(cudaMemcpyAsync(copy_dst, copy_src, n * 6,
+                                   cudaMemcpyDeviceToDevice, s));
+      });
+      CHECK_CUDA(cudaFree(copy_src));
+      CHECK_CUDA(cudaFree(copy_dst));
+      const double copy_gbs = bytes / (t_copy * 1e-3) / 1e9;
+      int64_t cnt = 0;
+      // With the count: the call includes its read-back (one host round trip).
+      const double t_cnt = median_ms(s, 3, runs, [&] {
+        CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, &cnt));
+      });
+      // Without the count: asynchronous, one kernel.
+      const double t_nc = median_ms(s, 3, runs, [&] {
+        CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, nullptr));
+      });
+      // 20 back-to-back calls without count: the kernel alone, launch hidden.
+      const double t_20 =
+          median_ms(s, 1, std::max(5, runs / 5),
+                    [&] {
+                      for (int i = 0; i < 20; ++i)
+                        CHECK_PGS(ops->accumulate(ops, r, g, n, 2.5f, nullptr));
+                    }) /
+          20.0;
+      const double floor_copy = bytes / (copy_gbs * 1e9) * 1e3;  // ms
+      const double floor_peak =
+          peak_gbs > 0 ? bytes / (peak_gbs * 1e9) * 1e3 : 0;
+      std::printf(
+          "%10zu %11.0f %11.1f %11.1f %11.1f %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n",
+          n, copy_gbs, t_cnt * 1e3, t_nc * 1e3, t_20 * 1e3,
+          100.0 * floor_copy / t_cnt,
+          peak_gbs > 0 ? 100.0 * floor_peak / t_cnt : 0.0,
+          100.0 * floor_copy / t_20,
+          peak_gbs > 0 ? 100.0 * floor_peak / t_20 : 0.0);
+      CHECK_CUDA(cudaFree(r));
+      CHECK_CUDA(cudaFree(g));
+    }
+    std::printf(
+        "(%%copy/%%peak: floor time at the copy / theoretical bandwidth "
+        "over the measured time; 'acc+cnt' is the full call with its "
+        "count read back, 'nc' columns use 'acc x20', the kernel with "
+        "launches overlapped)\n");
   }
-  std::printf(
-      "(%%copy/%%peak: floor time at the copy / theoretical bandwidth "
-      "over the measured time; 'acc+cnt' is the full call with its "
-      "count read back, 'nc' columns use 'acc x20', the kernel with "
-      "launches overlapped)\n");
 
   // ---- (b) exact k-th |x|
   // -----------------------------------------------------
-  {
+  if (want('b')) {
     const size_t n = 25000000, k = 250000;
     std::printf("\n(b) exact k-th largest |x|, n = %zu, k = %zu\n", n, k);
     float *x = nullptr;
@@ -345,7 +360,7 @@ int main(int argc, char **argv) {
     CHECK_CUDA(cudaFree(idx));
     CHECK_CUDA(cudaFree(val));
   }
-  estimator_costs(ops, s, runs);
+  if (want('c')) estimator_costs(ops, s, runs);
   pgs_ops_cuda_destroy(ops);
   CHECK_CUDA(cudaStreamDestroy(s));
   return 0;
