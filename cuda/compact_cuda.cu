@@ -72,6 +72,7 @@ struct Selector {
 
 struct CompactOp {
   using Item = float;
+  static constexpr bool kFlaggedOnly = true;
   const float *x;
   unsigned long long n;
   Selector sel;
@@ -103,6 +104,7 @@ struct Pair {
 
 struct PairsOp {
   using Item = Pair;
+  static constexpr bool kFlaggedOnly = true;
   const int32_t *idx;
   const float *val;
   unsigned long long m;
@@ -217,6 +219,7 @@ struct MergeCountOp : MergeBase {
 
 struct MergeWriteOp : MergeBase {
   using Item = MergeItem;
+  static constexpr bool kFlaggedOnly = false;  // every element is written
   const ulonglong2 *offs;  // offs[a_tiles].y: matched entries of a
   unsigned long long a_tiles;
   int32_t *io;

@@ -22,6 +22,8 @@
 //   void flags(const Item &it, bool &f1, bool &f2) const;
 //   void emit(unsigned long long v, const Item &it, bool f1, bool f2,
 //             unsigned long long before1, unsigned long long before2) const;
+//   static constexpr bool kFlaggedOnly;  // emit writes nothing unflagged
+// (the write kernel then calls it for flagged elements only)
 // where v is the element's position in [0, ntiles * kTile).
 #ifndef PG_SPARSE_CUDA_TILE_SELECT_CUH
 #define PG_SPARSE_CUDA_TILE_SELECT_CUH
@@ -68,10 +70,13 @@ __global__ void __launch_bounds__(kThreads)
       for (int r = 0; r < kTileRows; ++r) {
         bool f1 = false, f2 = false;
         if (ok[r]) op.flags(it[r], f1, f2);
-        c1 += __popc(__ballot_sync(0xffffffffu, f1));
-        c2 += __popc(__ballot_sync(0xffffffffu, f2));
+        c1 += f1;
+        c2 += f2;
       }
     }
+    // Per lane, then across the warp once per tile.
+    c1 = __reduce_add_sync(0xffffffffu, c1);
+    c2 = __reduce_add_sync(0xffffffffu, c2);
     if (lane == 0) counts[t] = make_uint2(c1, c2);
   }
 }
@@ -109,7 +114,10 @@ __global__ void __launch_bounds__(kThreads)
         if (ok[r]) op.flags(it[r], f1, f2);
         const unsigned m1 = __ballot_sync(0xffffffffu, f1);
         const unsigned m2 = __ballot_sync(0xffffffffu, f2);
-        if (ok[r])
+        // A row without a flag is skipped by the whole warp, and so is an
+        // unflagged element, where the op writes flagged ones only.
+        const bool emits = Op::kFlaggedOnly ? (m1 | m2) != 0u : true;
+        if (emits && ok[r] && (!Op::kFlaggedOnly || f1 || f2))
           op.emit(base + r * 32, it[r], f1, f2, b1 + __popc(m1 & lt),
                   b2 + __popc(m2 & lt));
         b1 += __popc(m1);
