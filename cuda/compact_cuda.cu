@@ -6,6 +6,20 @@
 
 namespace pgs_cuda {
 
+// Loads in batches of kScanBatch, so a thread's run (ntiles / 512 counts,
+// 50 at n = 100M) waits for memory once per batch, not once per count.
+constexpr int kScanBatch = 8;
+
+// counts[i + u] for u < kScanBatch, zero past hi.
+__device__ __forceinline__ void load_counts(const uint2 *__restrict__ counts,
+                                            unsigned long long i,
+                                            unsigned long long hi,
+                                            uint2 (&k)[kScanBatch]) {
+#pragma unroll
+  for (int u = 0; u < kScanBatch; ++u)
+    k[u] = i + u < hi ? counts[i + u] : make_uint2(0, 0);
+}
+
 __global__ void __launch_bounds__(kScanThreads)
     tile_scan_kernel(const uint2 *__restrict__ counts,
                      unsigned long long ntiles, ulonglong2 *__restrict__ offs) {
@@ -13,17 +27,12 @@ __global__ void __launch_bounds__(kScanThreads)
   __shared__ typename Scan::TempStorage tmp;
   const unsigned long long lo = ntiles * threadIdx.x / kScanThreads;
   const unsigned long long hi = ntiles * (threadIdx.x + 1) / kScanThreads;
-  // Loads in batches of kBatch, so a thread's run (ntiles / 512 counts,
-  // 50 at n = 100M) waits for memory once per batch, not once per count.
-  constexpr int kBatch = 8;
   unsigned long long s1 = 0, s2 = 0;
-  for (unsigned long long i = lo; i < hi; i += kBatch) {
-    uint2 k[kBatch];
+  for (unsigned long long i = lo; i < hi; i += kScanBatch) {
+    uint2 k[kScanBatch];
+    load_counts(counts, i, hi, k);
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      k[u] = i + u < hi ? counts[i + u] : make_uint2(0, 0);
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kScanBatch; ++u) {
       s1 += k[u].x;
       s2 += k[u].y;
     }
@@ -32,13 +41,11 @@ __global__ void __launch_bounds__(kScanThreads)
   Scan(tmp).ExclusiveSum(s1, e1);
   __syncthreads();
   Scan(tmp).ExclusiveSum(s2, e2);
-  for (unsigned long long i = lo; i < hi; i += kBatch) {
-    uint2 k[kBatch];
+  for (unsigned long long i = lo; i < hi; i += kScanBatch) {
+    uint2 k[kScanBatch];
+    load_counts(counts, i, hi, k);
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      k[u] = i + u < hi ? counts[i + u] : make_uint2(0, 0);
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kScanBatch; ++u) {
       if (i + u < hi) offs[i + u] = make_ulonglong2(e1, e2);
       e1 += k[u].x;
       e2 += k[u].y;

@@ -45,6 +45,29 @@ inline unsigned long long tiles_for(unsigned long long n) {
   return (n + kTile - 1) / kTile;
 }
 
+// The first tile of this warp, and the step to its next one: tiles go to
+// the grid's warps in turn.
+__device__ __forceinline__ unsigned long long first_tile() {
+  return static_cast<unsigned long long>(blockIdx.x) * kTileWarps +
+         (threadIdx.x >> 5);
+}
+__device__ __forceinline__ unsigned long long tile_step() {
+  return static_cast<unsigned long long>(gridDim.x) * kTileWarps;
+}
+
+// Loads this lane's kTileRows elements of span w of tile t (ok[r]: whether
+// element r exists).
+template <class Op>
+__device__ __forceinline__ unsigned long long load_span(
+    const Op &op, unsigned long long t, int w,
+    typename Op::Item (&it)[kTileRows], bool (&ok)[kTileRows]) {
+  const unsigned long long base =
+      t * kTile + w * kWarpSpan + (threadIdx.x & 31);
+#pragma unroll
+  for (int r = 0; r < kTileRows; ++r) ok[r] = op.load(base + r * 32, it[r]);
+  return base;
+}
+
 // One warp per tile: the warp walks the tile's kTileWarps spans of
 // kTileRows rows in index order, so no block barrier couples the warps of a
 // block (the block-per-tile form, two barriers and a serial sum per tile,
@@ -53,19 +76,12 @@ template <class Op>
 __global__ void __launch_bounds__(kThreads)
     tile_count_kernel(Op op, unsigned long long ntiles, uint2 *counts) {
   const int lane = threadIdx.x & 31;
-  const unsigned long long warps =
-      static_cast<unsigned long long>(gridDim.x) * kTileWarps;
-  for (unsigned long long t =
-           static_cast<unsigned long long>(blockIdx.x) * kTileWarps +
-           (threadIdx.x >> 5);
-       t < ntiles; t += warps) {
+  for (unsigned long long t = first_tile(); t < ntiles; t += tile_step()) {
     unsigned c1 = 0, c2 = 0;
     for (int w = 0; w < kTileWarps; ++w) {
-      const unsigned long long base = t * kTile + w * kWarpSpan + lane;
       typename Op::Item it[kTileRows];
       bool ok[kTileRows];
-#pragma unroll
-      for (int r = 0; r < kTileRows; ++r) ok[r] = op.load(base + r * 32, it[r]);
+      load_span(op, t, w, it, ok);
 #pragma unroll
       for (int r = 0; r < kTileRows; ++r) {
         bool f1 = false, f2 = false;
@@ -92,22 +108,14 @@ template <class Op>
 __global__ void __launch_bounds__(kThreads)
     tile_write_kernel(Op op, unsigned long long ntiles,
                       const ulonglong2 *__restrict__ offs) {
-  const int lane = threadIdx.x & 31;
   const unsigned lt = lanemask_lt();
-  const unsigned long long warps =
-      static_cast<unsigned long long>(gridDim.x) * kTileWarps;
-  for (unsigned long long t =
-           static_cast<unsigned long long>(blockIdx.x) * kTileWarps +
-           (threadIdx.x >> 5);
-       t < ntiles; t += warps) {
+  for (unsigned long long t = first_tile(); t < ntiles; t += tile_step()) {
     const ulonglong2 o = offs[t];
     unsigned long long b1 = o.x, b2 = o.y;
     for (int w = 0; w < kTileWarps; ++w) {
-      const unsigned long long base = t * kTile + w * kWarpSpan + lane;
       typename Op::Item it[kTileRows];
       bool ok[kTileRows];
-#pragma unroll
-      for (int r = 0; r < kTileRows; ++r) ok[r] = op.load(base + r * 32, it[r]);
+      const unsigned long long base = load_span(op, t, w, it, ok);
 #pragma unroll
       for (int r = 0; r < kTileRows; ++r) {
         bool f1 = false, f2 = false;
