@@ -259,6 +259,22 @@ TEST_F(CudaBasic, AbsStatsMatchesCpu) {
       }
     }
   }
+  // Denormal and tiny magnitudes (the device splits each |x| into mantissa
+  // and exponent instead of taking its log): the same sums as the host.
+  std::vector<float> scaled = normal(4099, 77);
+  for (size_t i = 0; i < scaled.size(); ++i)
+    scaled[i] *= i % 3 == 0 ? 1e-39f : (i % 3 == 1 ? 1e-30f : 1e30f);
+  for (const std::vector<float> &x : {scaled, denormals(4099, 78)}) {
+    Dev<float> d(x.size());
+    d.put(x, 0);
+    double g[5], c[5];
+    ASSERT_EQ(gpu()->abs_stats(gpu(), d.get(), x.size(), 0.0f, g), PGS_OK);
+    ASSERT_EQ(cpu()->abs_stats(cpu(), x.data(), x.size(), 0.0f, c), PGS_OK);
+    EXPECT_EQ(g[0], c[0]);
+    for (int j = 1; j < 4; ++j)
+      EXPECT_NEAR(g[j], c[j], 1e-9 * (1 + std::fabs(c[j]))) << "j=" << j;
+    EXPECT_EQ(g[4], c[4]);
+  }
   double out[5] = {-1, -1, -1, -1, -1};
   EXPECT_EQ(gpu()->abs_stats(gpu(), nullptr, 0, 0.0f, out), PGS_OK);
   EXPECT_EQ(out[0], 0.0);
