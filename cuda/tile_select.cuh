@@ -122,10 +122,9 @@ __global__ void __launch_bounds__(kThreads)
         if (ok[r]) op.flags(it[r], f1, f2);
         const unsigned m1 = __ballot_sync(0xffffffffu, f1);
         const unsigned m2 = __ballot_sync(0xffffffffu, f2);
-        // A row without a flag is skipped by the whole warp, and so is an
-        // unflagged element, where the op writes flagged ones only.
-        const bool emits = Op::kFlaggedOnly ? (m1 | m2) != 0u : true;
-        if (emits && ok[r] && (!Op::kFlaggedOnly || f1 || f2))
+        // Where the op writes flagged elements only, the others skip it
+        // (a row without a flag: the whole warp).
+        if (ok[r] && (!Op::kFlaggedOnly || f1 || f2))
           op.emit(base + r * 32, it[r], f1, f2, b1 + __popc(m1 & lt),
                   b2 + __popc(m2 & lt));
         b1 += __popc(m1);

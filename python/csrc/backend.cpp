@@ -24,7 +24,8 @@ SparseWork::SparseWork(int rank, c10d::OpType type, const char* title,
                          c10::ListType::create(c10::TensorType::get()),
                          dev_->devices)
                    : c10::make_intrusive<c10::ivalue::Future>(
-                         c10::ListType::create(c10::TensorType::get()))) {}
+                         c10::ListType::create(c10::TensorType::get()))),
+      device_failure_(dev_ ? std::make_shared<DeviceFailure>() : nullptr) {}
 
 void SparseWork::complete(std::exception_ptr error) {
   if (done_.exchange(true)) return;
@@ -44,8 +45,9 @@ void SparseWork::complete(std::exception_ptr error) {
 }
 
 void SparseWork::synchronize() {
+  if (!dev_) return;
   device_failure_->rethrow_if_set();
-  if (dev_) dev_->block_current();
+  dev_->block_current();
 }
 
 namespace {

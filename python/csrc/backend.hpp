@@ -59,7 +59,7 @@ class SparseWork : public c10d::Work {
   void complete(std::exception_ptr error);
   // Where the watchdog says that the task finished on the host but its
   // kernels timed out on the device and were aborted: the outputs are
-  // undefined, and wait() says so.
+  // undefined, and wait() says so. Null for host tensors.
   const std::shared_ptr<DeviceFailure>& device_failure() const {
     return device_failure_;
   }
@@ -73,8 +73,8 @@ class SparseWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> done_{false};
   std::atomic<int> source_{-1};
-  std::shared_ptr<DeviceFailure> device_failure_ =
-      std::make_shared<DeviceFailure>();
+  // Device Works only: a host Work's call allocates nothing for it.
+  std::shared_ptr<DeviceFailure> device_failure_;
 };
 
 class CudaSide;
