@@ -1,7 +1,8 @@
 // Compaction kernels of the CUDA ops table: compact, select_pairs and
-// merge_pairs, all built on the ordered tile selection of tile_select.cuh.
-// Each call queues three kernels and reads back one pair of totals, or, when
-// the caller planned the count, checks it on the device without a wait.
+// merge_pairs, all built on the ordered tile selection of tile_select.cuh
+// (the first two in one pass over their input, merge_pairs in three). Each
+// call reads back one pair of totals, or, when the caller planned the
+// count, checks it on the device without a wait.
 #include "tile_select.cuh"
 
 namespace pgs_cuda {
@@ -52,6 +53,10 @@ __global__ void __launch_bounds__(kScanThreads)
     }
   }
   if (threadIdx.x == kScanThreads - 1) offs[ntiles] = make_ulonglong2(e1, e2);
+}
+
+__global__ void tile_state_init_kernel(TileState state, int ntiles) {
+  state.InitializeStatus(ntiles);
 }
 
 namespace {
@@ -298,22 +303,22 @@ int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
 
 size_t compact_scratch_bytes(size_t n) {
   Carve measure(nullptr);
-  TileScratch ts;
-  ts.carve(measure, tiles_for(n));
+  OnceScratch os;
+  os.carve(measure, once_tiles_for(n));
   return measure.bytes();
 }
 
 int compact_queue(Ctx *c, const float *x, size_t n, float thr, int32_t *idx,
                   float *val, size_t cap, void *scratch,
                   const ulonglong2 **total) {
-  const unsigned long long ntiles = tiles_for(n);
+  const unsigned long long ntiles = once_tiles_for(n);
   Carve cv(scratch);
-  TileScratch ts;
-  ts.carve(cv, ntiles);
+  OnceScratch os;
+  os.carve(cv, ntiles);
   const Selector sel{thr, quota_of(-1)};
   const CompactOp op{x, n, sel, 0u, idx, val, cap};
-  PGS_RETURN_IF(tile_select(c, ntiles, op, op, ts));
-  *total = ts.offs + ntiles;
+  PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
+  *total = os.total;
   return PGS_OK;
 }
 
@@ -328,18 +333,18 @@ int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
     return PGS_ERR_UNSUPPORTED;
   if (n == 0) return none_selected(cap, count_host);
   PGS_ENTER(ops, c);
-  const unsigned long long ntiles = tiles_for(n);
+  const unsigned long long ntiles = once_tiles_for(n);
   Carve measure(nullptr);
-  TileScratch ts;
-  ts.carve(measure, ntiles);
+  OnceScratch os;
+  os.carve(measure, ntiles);
   PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
   Carve cv(c->work.ptr);
-  ts.carve(cv, ntiles);
+  os.carve(cv, ntiles);
   const Selector sel{thr, quota_of(eq_quota)};
   const CompactOp op{x,   n,   sel, static_cast<uint32_t>(idx_offset),
                      idx, val, cap};
-  PGS_RETURN_IF(tile_select(c, ntiles, op, op, ts));
-  return finish_selection(c, ts.offs + ntiles, sel.quota, cap, count_host);
+  PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
+  return finish_selection(c, os.total, sel.quota, cap, count_host);
 }
 
 int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
@@ -350,7 +355,7 @@ int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
     return PGS_ERR_INVALID;
   if (m == 0) return none_selected(cap, count_host);
   PGS_ENTER(ops, c);
-  const unsigned long long ntiles = tiles_for(m);
+  const unsigned long long ntiles = once_tiles_for(m);
   const size_t out_n = cap < m ? cap : m;  // never more than m are selected
   // An output overlapping the input goes through scratch: blocks of later
   // tiles would otherwise overwrite pairs earlier tiles have not read yet.
@@ -358,18 +363,18 @@ int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
                      overlaps(idx_out, out_n * 4, val, m * 4) ||
                      overlaps(val_out, out_n * 4, idx, m * 4) ||
                      overlaps(val_out, out_n * 4, val, m * 4);
-  TileScratch ts;
+  OnceScratch os;
   int32_t *si = nullptr;
   float *sv = nullptr;
   Carve measure(nullptr);
-  ts.carve(measure, ntiles);
+  os.carve(measure, ntiles);
   if (alias) {
     measure.take<int32_t>(out_n);
     measure.take<float>(out_n);
   }
   PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
   Carve cv(c->work.ptr);
-  ts.carve(cv, ntiles);
+  os.carve(cv, ntiles);
   if (alias) {
     si = cv.take<int32_t>(out_n);
     sv = cv.take<float>(out_n);
@@ -377,14 +382,14 @@ int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
   const Selector sel{thr, quota_of(eq_quota)};
   const PairsOp op{idx, val, m, sel, alias ? si : idx_out, alias ? sv : val_out,
                    cap};
-  PGS_RETURN_IF(tile_select(c, ntiles, op, op, ts));
+  PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
   if (alias && out_n > 0) {
     copy_selected_kernel<<<grid_for(c, copy_selected_kernel, out_n, 4),
-                           kThreads, 0, c->stream>>>(
-        si, sv, idx_out, val_out, ts.offs + ntiles, sel.quota, cap);
+                           kThreads, 0, c->stream>>>(si, sv, idx_out, val_out,
+                                                     os.total, sel.quota, cap);
     PGS_LAUNCHED();
   }
-  return finish_selection(c, ts.offs + ntiles, sel.quota, cap, count_host);
+  return finish_selection(c, os.total, sel.quota, cap, count_host);
 }
 
 int merge_pairs(const pgs_ops_t *ops, const int32_t *ia, const float *va,

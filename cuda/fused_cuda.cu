@@ -1,8 +1,10 @@
 // The fused pass of a call on the device (accumulate with the non-finite and
 // threshold counts, then the candidates' compaction), its undo, and the
 // pair-list helpers (shift_idx, locate). The host table does the add and the
-// compaction in one read; here they are two kernels over the bucket, with
-// one read back of both counts in between.
+// compaction in one read; here they are two kernels over the bucket (a
+// single-pass compaction fed by the add was slower on an H200 at 32M and
+// 134M floats: its look-back holds each tile's loads), with one read back
+// of both counts in between.
 #include <cub/block/block_reduce.cuh>
 
 #include "ops_cuda_internal.cuh"
@@ -127,7 +129,11 @@ int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   const size_t tile_bytes = (compact_scratch_bytes(n) + 255) & ~size_t{255};
   PGS_RETURN_IF(
       ensure_device(&c->work, tile_bytes + kth_list_scratch_bytes(cap)));
-  PGS_CU(cudaMemsetAsync(fo, 0, 2 * sizeof(unsigned long long), c->stream));
+  // One reset for the radix state at the start of c->small (kth_list_queue)
+  // and the two counters of *fo.
+  PGS_CU(cudaMemsetAsync(c->small.ptr, 0,
+                         kFusedOutOffset + 2 * sizeof(unsigned long long),
+                         c->stream));
   fused_add_kernel<<<grid_for(c, fused_add_kernel, n, 4), kThreads, 0,
                      c->stream>>>(r, g, n, thr, &fo->nonfinite);
   PGS_LAUNCHED();

@@ -90,9 +90,10 @@ int compact_queue(Ctx *c, const float *x, size_t n, float thr, int32_t *idx,
                   float *val, size_t cap, void *scratch,
                   const ulonglong2 **total);
 
-// kth_abs of the list compact_queue wrote (its length read from *total on
-// the device, at most @p cap) queued without a wait; the answer and the
-// list's length go to *out. @p scratch holds kth_list_scratch_bytes(cap).
+// kth_abs of the list compact_queue wrote (its length read from
+// *total on the device, at most @p cap) queued without a wait; the answer and
+// the list's length go to *out. @p scratch holds kth_list_scratch_bytes(cap);
+// the radix state at the start of c->small must be zeroed before.
 size_t kth_list_scratch_bytes(size_t cap);
 int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
                    const ulonglong2 *total, void *scratch, FusedOut *out);

@@ -102,8 +102,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- radix histograms -----------------------------------------------------
 
-// Device state of one radix select (kth_abs); the pick kernels fill it in
-// between histogram passes so the host waits only once, for the answer.
+// Device state of one radix select (kth_abs); the last block of each
+// histogram pass picks that level's bin into it, so the passes follow one
+// another on the device and the host waits only once, for the answer.
 struct RadixState {
   unsigned long long hist[PGS_HIST_LEVELS][PGS_HIST_BINS];
   unsigned long long rank;         // rank of the answer inside the prefix
@@ -118,6 +119,7 @@ struct RadixState {
   long long n_gt;
   unsigned long long x_len;  // with x_len_set: entries of x to read (a
   int x_len_set;             // length known on the device only)
+  unsigned finished[PGS_HIST_LEVELS];  // blocks done with each level's pass
 };
 
 // Shared sub-histograms: lanes use copy (lane & 7), rows padded to 257 so
@@ -132,6 +134,57 @@ constexpr int kHistStride = PGS_HIST_BINS + 1;
 constexpr int kHistItems = 16;
 constexpr unsigned kHistChunk = kThreads * kHistItems;
 constexpr unsigned kCandBuf = 2 * kHistChunk;
+
+// Picks the bin of level @p level holding the k-th largest entry, as the
+// host's pick_bin does, and prepares the next pass: switch to the candidate
+// list once one was written, and compact during the next pass when the
+// chosen bin is small enough for the candidate buffer. Run by one thread of
+// the last block of the level's pass, on the level's histogram @p h and the
+// candidate cursor, which that block staged from L2 (other blocks wrote
+// them with atomics).
+__device__ void radix_pick(RadixState *st, int level, unsigned long long k,
+                           unsigned long long cand_cap,
+                           const unsigned long long *h,
+                           unsigned long long cursor) {
+  unsigned long long rank = st->rank, above = st->above;
+  if (level == 0) {
+    unsigned long long nnz = 0;
+    for (int b = 0; b < PGS_HIST_BINS; ++b) nnz += h[b];
+    if (k > nnz) {
+      // The k-th largest is a zero; every nonzero lies above it.
+      st->thr = 0.0f;
+      st->n_gt = static_cast<long long>(nnz);
+      st->done = 1;
+      return;
+    }
+    rank = k;
+    above = 0;
+  }
+  int b = PGS_HIST_BINS - 1;
+  for (; b > 0 && h[b] < rank; --b) {
+    rank -= h[b];
+    above += h[b];
+  }
+  const unsigned prefix =
+      st->prefix | (static_cast<unsigned>(b) << (24 - 8 * level));
+  st->prefix = prefix;
+  st->rank = rank;
+  st->above = above;
+  if (level == PGS_HIST_LEVELS - 1) {
+    st->thr = __uint_as_float(prefix);
+    st->n_gt = static_cast<long long>(above);
+    st->done = 1;
+    return;
+  }
+  if (st->compact_next) {  // the pass just done wrote the candidates
+    st->mode = 1;
+    // Never more than were written (the pass skips appends past the cap).
+    st->cand_n = cursor < cand_cap ? cursor : cand_cap;
+    st->compact_next = 0;
+  } else if (st->mode == 0 && h[b] <= cand_cap) {
+    st->compact_next = 1;
+  }
+}
 
 // One level's histogram of the bits of |x| over nonzero entries whose top
 // 8*level bits equal the prefix, added into @p hist.
@@ -153,11 +206,15 @@ __global__ void __launch_bounds__(kThreads)
     radix_hist_kernel(const float *__restrict__ x, size_t n,
                       const uint32_t *cand, int level, uint32_t prefix,
                       unsigned long long *hist, RadixState *st,
-                      uint32_t *cand_out, unsigned long long cand_cap) {
+                      uint32_t *cand_out, unsigned long long cand_cap,
+                      unsigned long long k) {
   __shared__ unsigned sh[kHistCopies * kHistStride];
   __shared__ uint32_t buf[COMPACT ? kCandBuf : 1];
   __shared__ unsigned buf_n;
   __shared__ unsigned long long buf_base;
+  __shared__ bool last;
+  __shared__ unsigned long long level_hist[PGS_HIST_BINS];
+  __shared__ unsigned long long cursor;
   bool use_cand = false, compact = false;
   size_t m = n;
   if (st != nullptr) {
@@ -236,55 +293,23 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kHistCopies; ++k) sum += sh[k * kHistStride + bin];
     if (sum != 0) atomicAdd(hist + bin, static_cast<unsigned long long>(sum));
   }
-}
-
-// Picks the bin of level @p level holding the k-th largest entry, as the
-// host's pick_bin does, and prepares the next pass: switch to the candidate
-// list once one was written, and compact during the next pass when the
-// chosen bin is small enough for the candidate buffer.
-__global__ void radix_pick_kernel(RadixState *st, int level,
-                                  unsigned long long k,
-                                  unsigned long long cand_cap) {
-  if (st->done || threadIdx.x != 0) return;
-  const unsigned long long *h = st->hist[level];
-  unsigned long long rank = st->rank, above = st->above;
-  if (level == 0) {
-    unsigned long long nnz = 0;
-    for (int b = 0; b < PGS_HIST_BINS; ++b) nnz += h[b];
-    if (k > nnz) {
-      // The k-th largest is a zero; every nonzero lies above it.
-      st->thr = 0.0f;
-      st->n_gt = static_cast<long long>(nnz);
-      st->done = 1;
-      return;
-    }
-    rank = k;
-    above = 0;
-  }
-  int b = PGS_HIST_BINS - 1;
-  for (; b > 0 && h[b] < rank; --b) {
-    rank -= h[b];
-    above += h[b];
-  }
-  const unsigned prefix =
-      st->prefix | (static_cast<unsigned>(b) << (24 - 8 * level));
-  st->prefix = prefix;
-  st->rank = rank;
-  st->above = above;
-  if (level == PGS_HIST_LEVELS - 1) {
-    st->thr = __uint_as_float(prefix);
-    st->n_gt = static_cast<long long>(above);
-    st->done = 1;
-    return;
-  }
-  if (st->compact_next) {  // the pass just done wrote the candidates
-    st->mode = 1;
-    // Never more than were written (the pass skips appends past the cap).
-    st->cand_n = st->cand_cursor < cand_cap ? st->cand_cursor : cand_cap;
-    st->compact_next = 0;
-  } else if (st->mode == 0 && h[b] <= cand_cap) {
-    st->compact_next = 1;
-  }
+  if (st == nullptr) return;
+  // The last block to finish picks the level's bin (no pick kernel): every
+  // block's atomics are ordered before its ticket by the fence. It stages
+  // the histogram in shared memory with parallel L2 loads, so the pick's
+  // serial walk over the bins reads no global memory.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    last = atomicAdd(&st->finished[level], 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;  // block-uniform
+  __threadfence();
+  for (int bin = threadIdx.x; bin < PGS_HIST_BINS; bin += blockDim.x)
+    level_hist[bin] = __ldcg(hist + bin);
+  if (threadIdx.x == 0) cursor = __ldcg(&st->cand_cursor);
+  __syncthreads();
+  if (threadIdx.x == 0) radix_pick(st, level, k, cand_cap, level_hist, cursor);
 }
 
 // The length of a list whose compaction totals lie at @p total (every tie
@@ -324,18 +349,16 @@ size_t cand_cap_for(size_t n) {
 int queue_radix(Ctx *c, const float *x, size_t n, size_t k, RadixState *st,
                 uint32_t *cand, size_t cand_cap) {
   // Level 0 never compacts (the candidates are what it selects); the later
-  // passes may, as the pick kernel decides on the device.
+  // passes may, as each level's pick decides on the device.
   const unsigned grid0 = grid_for(c, radix_hist_kernel<false>, n, kHistItems);
   const unsigned grid1 = grid_for(c, radix_hist_kernel<true>, n, kHistItems);
   for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
     if (level == 0)
       radix_hist_kernel<false><<<grid0, kThreads, 0, c->stream>>>(
-          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
+          x, n, cand, level, 0u, nullptr, st, cand, cand_cap, k);
     else
       radix_hist_kernel<true><<<grid1, kThreads, 0, c->stream>>>(
-          x, n, cand, level, 0u, nullptr, st, cand, cand_cap);
-    PGS_LAUNCHED();
-    radix_pick_kernel<<<1, 32, 0, c->stream>>>(st, level, k, cand_cap);
+          x, n, cand, level, 0u, nullptr, st, cand, cand_cap, k);
     PGS_LAUNCHED();
   }
   return PGS_OK;
@@ -354,8 +377,7 @@ size_t kth_list_scratch_bytes(size_t cap) {
 
 int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
                    const ulonglong2 *total, void *scratch, FusedOut *out) {
-  auto *st = static_cast<RadixState *>(c->small.ptr);
-  PGS_CU(cudaMemsetAsync(st, 0, sizeof(RadixState), c->stream));
+  auto *st = static_cast<RadixState *>(c->small.ptr);  // zeroed by the caller
   radix_list_init_kernel<<<1, 1, 0, c->stream>>>(st, total, cap);
   PGS_LAUNCHED();
   if (k >= 1 && k <= cap)
@@ -462,7 +484,7 @@ int hist_abs(const pgs_ops_t *ops, const float *x, size_t n, int level,
   PGS_CU(cudaMemsetAsync(dh, 0, PGS_HIST_BINS * 8, c->stream));
   radix_hist_kernel<false>
       <<<grid_for(c, radix_hist_kernel<false>, n, kHistItems), kThreads, 0,
-         c->stream>>>(x, n, nullptr, level, prefix, dh, nullptr, nullptr, 0);
+         c->stream>>>(x, n, nullptr, level, prefix, dh, nullptr, nullptr, 0, 0);
   PGS_LAUNCHED();
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, dh, PGS_HIST_BINS * 8, &host));

@@ -106,7 +106,7 @@ step_one() {
 # NCCL DDP and torch's hooks in the same run (after `ext`).
 step_hook() {
   PYTHONPATH="$root/python" timeout 300 torchrun --nproc_per_node=1 \
-    "$root/cuda/bench/bench_hook.py" --out "$logs" 2>&1 | tee "$logs/hook_bench.txt"
+    "$root/cuda/bench/bench_hook.py" --out "$logs" ${HOOK_ARGS:-} 2>&1 | tee "$logs/hook_bench.txt"
   return "${PIPESTATUS[0]}"
 }
 

@@ -97,11 +97,13 @@ API_KINDS = {
 
 
 def profile_counts(step: Callable[[], None], steps: int = 5,
-                   table: Path | None = None) -> dict[str, float]:
+                   table: Path | None = None,
+                   trace: Path | None = None) -> dict[str, float]:
     """Per step: calls of each CUDA API kind (kernel launches, cudaMemcpyAsync,
     stream synchronisations, ...) and the host milliseconds spent in them
     (``<kind>_ms``; a synchronisation's time is its wait for the device).
-    ``table``: also write the profiler's table of the busiest events there."""
+    ``table``: also write the profiler's table of the busiest events there;
+    ``trace``: and its Chrome trace (every CUDA call of each bucket call)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -117,6 +119,8 @@ def profile_counts(step: Callable[[], None], steps: int = 5,
                 out[f"{kind}_ms"] += e.cpu_time_total / 1e3
     if table is not None:
         table.write_text(events.table(sort_by="cpu_time_total", row_limit=45))
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
     return {k: v / steps for k, v in out.items()}
 
 
@@ -128,6 +132,8 @@ def main() -> int:
     ap.add_argument("--density", type=float, default=0.01)
     ap.add_argument("--repeats", type=int, default=3,
                     help="rounds over all methods (interleaved against drift)")
+    ap.add_argument("--trace", action="store_true",
+                    help="also write Ok-Topk's Chrome trace (hook_trace_oktopk.json)")
     args = ap.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     dev = torch.device("cuda", local)
@@ -143,8 +149,11 @@ def main() -> int:
             times[m] += time_steps(steps[m], args.warmup, args.steps)
     med = {m: statistics.median(t) * 1e3 for m, t in times.items()}
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    prof = {m: profile_counts(steps[m], table=Path(args.out) / f"hook_profile_{m}.txt"
-                              if m == "oktopk" else None)
+    out = Path(args.out)
+    prof = {m: profile_counts(steps[m],
+                              table=out / f"hook_profile_{m}.txt" if m == "oktopk" else None,
+                              trace=out / f"hook_trace_{m}.json" if args.trace and
+                              m == "oktopk" else None)
             for m in ("nccl", "oktopk", "topka", "powersgd")}
     card = torch.cuda.get_device_name(dev)
     rows = []

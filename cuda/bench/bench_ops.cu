@@ -4,7 +4,9 @@
 //      n = 8M, 32M, 128M, as a fraction of the memory-bandwidth floor
 //      (12 n bytes: read g, read r, write r) at two bandwidths: the measured
 //      device-to-device cudaMemcpy of the same byte count (the practical
-//      peak) and the theoretical peak from the device properties;
+//      peak) and the theoretical peak from the device properties; and
+//      Ok-Topk's whole fused pass (accumulate_kth: the add, the list of
+//      |r| >= thr, its k-th largest) over the same bytes;
 //  (b) the exact k-th largest |x| (kth_abs, radix select) at n = 25M,
 //      k = 250k, against a full CUB radix sort of |x| (torch.topk is timed
 //      by bench_topk.py on the same machine).
@@ -104,6 +106,33 @@ __global__ void abs_bits_kernel(const float *x, unsigned *out, size_t n) {
 void fill(float *x, size_t n, unsigned seed, cudaStream_t s) {
   fill_normalish<<<1024, 256, 0, s>>>(x, n, seed);
   CHECK_CUDA(cudaGetLastError());
+}
+
+// (a) Ok-Topk's fused pass at one size: accumulate_kth (add, compaction of
+// the 2% of |r| above thr, the k-th largest of that list at 1%) with its one
+// read-back. g is zero so r, and the list, stay the same from run to run;
+// the pass reads and writes the same bytes as with a real g.
+void fused_pass_at(pgs_ops_t *ops, cudaStream_t s, int runs, float *r, float *g,
+                   size_t n, double floor_ms) {
+  const size_t k = n / 100, cap = n / 25;
+  float thr = 0;
+  int64_t n_gt = 0;
+  CHECK_PGS(ops->kth_abs(ops, r, n, n / 50, &thr, &n_gt));
+  CHECK_CUDA(cudaMemsetAsync(g, 0, n * 4, s));
+  int32_t *idx = nullptr;
+  float *val = nullptr;
+  CHECK_CUDA(cudaMalloc(&idx, cap * 4));
+  CHECK_CUDA(cudaMalloc(&val, cap * 4));
+  pgs_fused_t out{};
+  const double t = median_ms(s, 3, runs, [&] {
+    CHECK_PGS(ops->accumulate_kth(ops, r, g, n, thr, idx, val, cap, k, &out));
+  });
+  std::printf(
+      "%10s fused pass (accumulate_kth, list %lld, k %zu): %.1f us, "
+      "%.1f%% of the copy floor\n",
+      "", static_cast<long long>(out.count), k, t * 1e3, 100.0 * floor_ms / t);
+  CHECK_CUDA(cudaFree(idx));
+  CHECK_CUDA(cudaFree(val));
 }
 
 // (c) The estimators' parts, one size: each call includes its read-back,
@@ -287,6 +316,7 @@ int main(int argc, char **argv) {
           peak_gbs > 0 ? 100.0 * floor_peak / t_cnt : 0.0,
           100.0 * floor_copy / t_20,
           peak_gbs > 0 ? 100.0 * floor_peak / t_20 : 0.0);
+      fused_pass_at(ops, s, runs, r, g, n, floor_copy);
       CHECK_CUDA(cudaFree(r));
       CHECK_CUDA(cudaFree(g));
     }
