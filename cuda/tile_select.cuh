@@ -86,6 +86,31 @@ __device__ __forceinline__ unsigned long long load_span(
   return load_rows(op, t * kTile + w * kWarpSpan, it, ok);
 }
 
+// Hands each flagged element of a warp's loaded span (from load_rows) its
+// output through op.emit: the "before" counts b1, b2 run on through the
+// rows in index order, ranked inside each row by the warp's ballots. Where
+// the op writes flagged elements only, the others skip it (a row without a
+// flag: the whole warp).
+template <class Op>
+__device__ __forceinline__ void emit_rows(
+    const Op &op, unsigned long long base,
+    const typename Op::Item (&it)[kTileRows], const bool (&ok)[kTileRows],
+    unsigned long long &b1, unsigned long long &b2) {
+  const unsigned lt = lanemask_lt();
+#pragma unroll
+  for (int r = 0; r < kTileRows; ++r) {
+    bool f1 = false, f2 = false;
+    if (ok[r]) op.flags(it[r], f1, f2);
+    const unsigned m1 = __ballot_sync(0xffffffffu, f1);
+    const unsigned m2 = __ballot_sync(0xffffffffu, f2);
+    if (ok[r] && (!Op::kFlaggedOnly || f1 || f2))
+      op.emit(base + r * 32, it[r], f1, f2, b1 + __popc(m1 & lt),
+              b2 + __popc(m2 & lt));
+    b1 += __popc(m1);
+    b2 += __popc(m2);
+  }
+}
+
 // One warp per tile: the warp walks the tile's kTileWarps spans of
 // kTileRows rows in index order, so no block barrier couples the warps of a
 // block (the block-per-tile form, two barriers and a serial sum per tile,
@@ -126,7 +151,6 @@ template <class Op>
 __global__ void __launch_bounds__(kThreads)
     tile_write_kernel(Op op, unsigned long long ntiles,
                       const ulonglong2 *__restrict__ offs) {
-  const unsigned lt = lanemask_lt();
   for (unsigned long long t = first_tile(); t < ntiles; t += tile_step()) {
     const ulonglong2 o = offs[t];
     unsigned long long b1 = o.x, b2 = o.y;
@@ -134,20 +158,7 @@ __global__ void __launch_bounds__(kThreads)
       typename Op::Item it[kTileRows];
       bool ok[kTileRows];
       const unsigned long long base = load_span(op, t, w, it, ok);
-#pragma unroll
-      for (int r = 0; r < kTileRows; ++r) {
-        bool f1 = false, f2 = false;
-        if (ok[r]) op.flags(it[r], f1, f2);
-        const unsigned m1 = __ballot_sync(0xffffffffu, f1);
-        const unsigned m2 = __ballot_sync(0xffffffffu, f2);
-        // Where the op writes flagged elements only, the others skip it
-        // (a row without a flag: the whole warp).
-        if (ok[r] && (!Op::kFlaggedOnly || f1 || f2))
-          op.emit(base + r * 32, it[r], f1, f2, b1 + __popc(m1 & lt),
-                  b2 + __popc(m2 & lt));
-        b1 += __popc(m1);
-        b2 += __popc(m2);
-      }
+      emit_rows(op, base, it, ok, b1, b2);
     }
   }
 }
@@ -281,19 +292,7 @@ __global__ void __launch_bounds__(kOnceThreads)
   __syncthreads();
   const ulonglong2 b = unpack_counts(tile_before + warp_counts[warp]);
   unsigned long long b1 = b.x, b2 = b.y;
-  const unsigned lt = lanemask_lt();
-#pragma unroll
-  for (int r = 0; r < kTileRows; ++r) {
-    bool f1 = false, f2 = false;
-    if (ok[r]) op.flags(it[r], f1, f2);
-    const unsigned m1 = __ballot_sync(0xffffffffu, f1);
-    const unsigned m2 = __ballot_sync(0xffffffffu, f2);
-    if (ok[r] && (!Op::kFlaggedOnly || f1 || f2))
-      op.emit(base + r * 32, it[r], f1, f2, b1 + __popc(m1 & lt),
-              b2 + __popc(m2 & lt));
-    b1 += __popc(m1);
-    b2 += __popc(m2);
-  }
+  emit_rows(op, base, it, ok, b1, b2);
 }
 
 // Scratch of one single-pass selection: the tile states and the totals.
