@@ -179,32 +179,21 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ typename BlockReduceMoments::TempStorage tmp;
   const MergeMoments merge;
   Moments acc{0.0, 0.0, 0.0};
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t head = head_to_align16(x, n);
-  if (tid < head) acc = merge(acc, one_value(x[tid]));
-  const float4 *v = reinterpret_cast<const float4 *>(x + head);
-  const size_t nv = (n - head) / 4;
-  size_t j = tid;
-  for (; j + (kUnroll - 1) * stride < nv; j += kUnroll * stride) {
-    float c[4 * kUnroll];
+  walk_floats<kUnroll>(
+      x, n, [&](size_t, float f) { acc = merge(acc, one_value(f)); },
+      [&](const auto &t, const auto &) {
+        // The U float4s as one chunk of 4U values, centred in registers.
+        constexpr int kU = sizeof(t) / sizeof(t[0]);
+        float c[4 * kU];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const float4 t = v[j + u * stride];
-      c[4 * u] = t.x;
-      c[4 * u + 1] = t.y;
-      c[4 * u + 2] = t.z;
-      c[4 * u + 3] = t.w;
-    }
-    acc = merge(acc, chunk_moments(c));
-  }
-  for (; j < nv; j += stride) {
-    const float4 t = v[j];
-    const float c[4] = {t.x, t.y, t.z, t.w};
-    acc = merge(acc, chunk_moments(c));
-  }
-  const size_t tail0 = head + 4 * nv;
-  if (tid < n - tail0) acc = merge(acc, one_value(x[tail0 + tid]));
+        for (int u = 0; u < kU; ++u) {
+          c[4 * u] = t[u].x;
+          c[4 * u + 1] = t[u].y;
+          c[4 * u + 2] = t[u].z;
+          c[4 * u + 3] = t[u].w;
+        }
+        acc = merge(acc, chunk_moments(c));
+      });
   const Moments total = BlockReduceMoments(tmp).Reduce(acc, merge);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }

@@ -230,42 +230,55 @@ __device__ __forceinline__ size_t head_to_align16(const void *x, size_t n) {
   return h < n ? h : n;
 }
 
-// Calls f(i, x[i]) for every i < n, once each, over the whole grid: a scalar
-// head up to 16-byte alignment, float4 loads (UNROLL in flight per thread)
-// for the body, a scalar tail.
-template <int UNROLL, class F>
-__device__ __forceinline__ void for_each_float(const float *__restrict__ x,
-                                               size_t n, F &&f) {
+// Walks x[0..n) over the whole grid, each element once: a scalar head up to
+// 16-byte alignment and a scalar tail through one(i, x[i]), the body as
+// float4 loads through vec(t, i): t an array of U float4s loaded together
+// (UNROLL of them in flight per thread, then one at a time), i[u] the index
+// of t[u].x.
+template <int UNROLL, class One, class Vec>
+__device__ __forceinline__ void walk_floats(const float *__restrict__ x,
+                                            size_t n, One &&one, Vec &&vec) {
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t head = head_to_align16(x, n);
-  if (tid < head) f(tid, x[tid]);
+  if (tid < head) one(tid, x[tid]);
   const float4 *v = reinterpret_cast<const float4 *>(x + head);
   const size_t nv = (n - head) / 4;
   size_t j = tid;
   for (; j + (UNROLL - 1) * stride < nv; j += UNROLL * stride) {
     float4 t[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) t[u] = v[j + u * stride];
+    size_t at[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      const size_t i = head + 4 * (j + u * stride);
-      f(i, t[u].x);
-      f(i + 1, t[u].y);
-      f(i + 2, t[u].z);
-      f(i + 3, t[u].w);
+      t[u] = v[j + u * stride];
+      at[u] = head + 4 * (j + u * stride);
     }
+    vec(t, at);
   }
   for (; j < nv; j += stride) {
-    const float4 t = v[j];
-    const size_t i = head + 4 * j;
-    f(i, t.x);
-    f(i + 1, t.y);
-    f(i + 2, t.z);
-    f(i + 3, t.w);
+    const float4 t[1] = {v[j]};
+    const size_t at[1] = {head + 4 * j};
+    vec(t, at);
   }
   const size_t tail0 = head + 4 * nv;
-  if (tid < n - tail0) f(tail0 + tid, x[tail0 + tid]);
+  if (tid < n - tail0) one(tail0 + tid, x[tail0 + tid]);
+}
+
+// Calls f(i, x[i]) for every i < n, once each, over the whole grid (see
+// walk_floats).
+template <int UNROLL, class F>
+__device__ __forceinline__ void for_each_float(const float *__restrict__ x,
+                                               size_t n, F &&f) {
+  walk_floats<UNROLL>(x, n, f, [&](const auto &t, const auto &at) {
+    constexpr int kU = sizeof(t) / sizeof(t[0]);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      f(at[u], t[u].x);
+      f(at[u] + 1, t[u].y);
+      f(at[u] + 2, t[u].z);
+      f(at[u] + 3, t[u].w);
+    }
+  });
 }
 
 // First position p in the ascending list a[0..n) with a[p] >= key.
