@@ -304,14 +304,14 @@ int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
 size_t compact_scratch_bytes(size_t n) {
   Carve measure(nullptr);
   OnceScratch os;
-  os.carve(measure, once_tiles_for(n));
+  os.carve(measure, tiles_for(n));
   return measure.bytes();
 }
 
 int compact_queue(Ctx *c, const float *x, size_t n, float thr, int32_t *idx,
                   float *val, size_t cap, void *scratch,
                   const ulonglong2 **total) {
-  const unsigned long long ntiles = once_tiles_for(n);
+  const unsigned long long ntiles = tiles_for(n);
   Carve cv(scratch);
   OnceScratch os;
   os.carve(cv, ntiles);
@@ -333,7 +333,7 @@ int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
     return PGS_ERR_UNSUPPORTED;
   if (n == 0) return none_selected(cap, count_host);
   PGS_ENTER(ops, c);
-  const unsigned long long ntiles = once_tiles_for(n);
+  const unsigned long long ntiles = tiles_for(n);
   Carve measure(nullptr);
   OnceScratch os;
   os.carve(measure, ntiles);
@@ -355,7 +355,7 @@ int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
     return PGS_ERR_INVALID;
   if (m == 0) return none_selected(cap, count_host);
   PGS_ENTER(ops, c);
-  const unsigned long long ntiles = once_tiles_for(m);
+  const unsigned long long ntiles = tiles_for(m);
   const size_t out_n = cap < m ? cap : m;  // never more than m are selected
   // An output overlapping the input goes through scratch: blocks of later
   // tiles would otherwise overwrite pairs earlier tiles have not read yet.

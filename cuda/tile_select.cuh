@@ -66,27 +66,34 @@ __device__ __forceinline__ unsigned long long tile_step() {
   return static_cast<unsigned long long>(gridDim.x) * kTileWarps;
 }
 
-// Loads this lane's kTileRows elements of the span that starts at element
-// @p first (ok[r]: whether element r exists); returns the lane's first.
+// Loads this lane's kTileRows elements of span w of tile t (ok[r]: whether
+// element r exists).
 template <class Op>
-__device__ __forceinline__ unsigned long long load_rows(
-    const Op &op, unsigned long long first, typename Op::Item (&it)[kTileRows],
-    bool (&ok)[kTileRows]) {
-  const unsigned long long base = first + (threadIdx.x & 31);
+__device__ __forceinline__ unsigned long long load_span(
+    const Op &op, unsigned long long t, int w,
+    typename Op::Item (&it)[kTileRows], bool (&ok)[kTileRows]) {
+  const unsigned long long base =
+      t * kTile + w * kWarpSpan + (threadIdx.x & 31);
 #pragma unroll
   for (int r = 0; r < kTileRows; ++r) ok[r] = op.load(base + r * 32, it[r]);
   return base;
 }
 
-// The same for span w of tile t.
+// Adds this lane's flags of a loaded span to its counts c1, c2.
 template <class Op>
-__device__ __forceinline__ unsigned long long load_span(
-    const Op &op, unsigned long long t, int w,
-    typename Op::Item (&it)[kTileRows], bool (&ok)[kTileRows]) {
-  return load_rows(op, t * kTile + w * kWarpSpan, it, ok);
+__device__ __forceinline__ void count_span(
+    const Op &op, const typename Op::Item (&it)[kTileRows],
+    const bool (&ok)[kTileRows], unsigned &c1, unsigned &c2) {
+#pragma unroll
+  for (int r = 0; r < kTileRows; ++r) {
+    bool f1 = false, f2 = false;
+    if (ok[r]) op.flags(it[r], f1, f2);
+    c1 += f1;
+    c2 += f2;
+  }
 }
 
-// Hands each flagged element of a warp's loaded span (from load_rows) its
+// Hands each flagged element of a warp's loaded span (from load_span) its
 // output through op.emit: the "before" counts b1, b2 run on through the
 // rows in index order, ranked inside each row by the warp's ballots. Where
 // the op writes flagged elements only, the others skip it (a row without a
@@ -125,13 +132,7 @@ __global__ void __launch_bounds__(kThreads)
       typename Op::Item it[kTileRows];
       bool ok[kTileRows];
       load_span(op, t, w, it, ok);
-#pragma unroll
-      for (int r = 0; r < kTileRows; ++r) {
-        bool f1 = false, f2 = false;
-        if (ok[r]) op.flags(it[r], f1, f2);
-        c1 += f1;
-        c2 += f2;
-      }
+      count_span(op, it, ok, c1, c2);
     }
     // Per lane, then across the warp once per tile.
     c1 = __reduce_add_sync(0xffffffffu, c1);
@@ -209,18 +210,6 @@ using TilePrefix =
     cub::TilePrefixCallbackOp<unsigned long long, ::cuda::std::plus<>,
                               TileState, TileDelay>;
 
-// Warps of a single-pass block: its tile is kOnceWarps spans. Measured on
-// an H200 (compaction of 100M floats): 8 warps 384 us, 16 warps 425 us,
-// 32 warps 530 us; the three-pass form took 428 us.
-constexpr int kOnceWarps = 8;
-constexpr int kOnceThreads = 32 * kOnceWarps;
-constexpr unsigned long long kOnceTile =
-    static_cast<unsigned long long>(kOnceWarps) * kWarpSpan;
-
-inline unsigned long long once_tiles_for(unsigned long long n) {
-  return (n + kOnceTile - 1) / kOnceTile;
-}
-
 __device__ __forceinline__ unsigned long long pack_counts(unsigned c1,
                                                           unsigned c2) {
   return (static_cast<unsigned long long>(c1) << 32) | c2;
@@ -237,10 +226,10 @@ __global__ void tile_state_init_kernel(TileState state, int ntiles);
 // *tile_before; the last tile also writes the totals.
 __device__ __forceinline__ void tile_prefix(
     TileState &state, TilePrefix::TempStorage &tmp, int tile, bool last,
-    unsigned long long (&warp_counts)[kOnceWarps],
+    unsigned long long (&warp_counts)[kTileWarps],
     unsigned long long *tile_before, ulonglong2 *total) {
   const int lane = threadIdx.x;
-  const unsigned long long own = lane < kOnceWarps ? warp_counts[lane] : 0ull;
+  const unsigned long long own = lane < kTileWarps ? warp_counts[lane] : 0ull;
   unsigned long long incl = own;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
@@ -248,7 +237,7 @@ __device__ __forceinline__ void tile_prefix(
     if (lane >= d) incl += t;
   }
   const unsigned long long agg = __shfl_sync(0xffffffffu, incl, 31);
-  if (lane < kOnceWarps) warp_counts[lane] = incl - own;
+  if (lane < kTileWarps) warp_counts[lane] = incl - own;
   unsigned long long before = 0;
   if (tile == 0) {
     if (lane == 0) state.SetInclusive(0, agg);
@@ -262,28 +251,26 @@ __device__ __forceinline__ void tile_prefix(
   }
 }
 
-// One block per tile, warp w holding span w: count, look back, emit.
+// One block per tile, warp w holding span w: count, look back, emit. The
+// tile is the three-pass form's (kTileWarps spans; larger ones measured
+// slower on an H200, compaction of 100M floats: 8 warps 384 us, 16 warps
+// 425 us, 32 warps 530 us; the three passes took 428 us).
 template <class Op>
-__global__ void __launch_bounds__(kOnceThreads)
+__global__ void __launch_bounds__(kThreads)
     tile_once_kernel(Op op, TileState state, int ntiles, ulonglong2 *total) {
   __shared__ TilePrefix::TempStorage prefix_tmp;
-  __shared__ unsigned long long warp_counts[kOnceWarps];
+  __shared__ unsigned long long warp_counts[kTileWarps];
   __shared__ unsigned long long tile_before;
   const int tile = static_cast<int>(blockIdx.x);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   typename Op::Item it[kTileRows];
   bool ok[kTileRows];
-  const unsigned long long base = load_rows(
-      op, static_cast<unsigned long long>(tile) * kOnceTile + warp * kWarpSpan,
-      it, ok);
+  const unsigned long long base =
+      load_span(op, static_cast<unsigned long long>(tile), warp, it, ok);
   unsigned c1 = 0, c2 = 0;
-#pragma unroll
-  for (int r = 0; r < kTileRows; ++r) {
-    bool f1 = false, f2 = false;
-    if (ok[r]) op.flags(it[r], f1, f2);
-    c1 += __popc(__ballot_sync(0xffffffffu, f1));
-    c2 += __popc(__ballot_sync(0xffffffffu, f2));
-  }
+  count_span(op, it, ok, c1, c2);
+  c1 = __reduce_add_sync(0xffffffffu, c1);
+  c2 = __reduce_add_sync(0xffffffffu, c2);
   if ((threadIdx.x & 31) == 0) warp_counts[warp] = pack_counts(c1, c2);
   __syncthreads();
   if (warp == 0)
@@ -312,16 +299,14 @@ struct OnceScratch {
 template <class Op>
 int tile_select_once(Ctx *c, unsigned long long ntiles, const Op &op,
                      const OnceScratch &s) {
-  if (ntiles == 0 || ntiles > (1ull << 31) / kOnceTile)
-    return PGS_ERR_UNSUPPORTED;
+  if (ntiles == 0 || ntiles > (1ull << 31) / kTile) return PGS_ERR_UNSUPPORTED;
   const int nt = static_cast<int>(ntiles);
   TileState state;
   PGS_CU(state.Init(nt, s.states, s.state_bytes));
   tile_state_init_kernel<<<(nt + kThreads - 1) / kThreads, kThreads, 0,
                            c->stream>>>(state, nt);
   PGS_LAUNCHED();
-  tile_once_kernel<Op>
-      <<<nt, kOnceThreads, 0, c->stream>>>(op, state, nt, s.total);
+  tile_once_kernel<Op><<<nt, kThreads, 0, c->stream>>>(op, state, nt, s.total);
   PGS_LAUNCHED();
   return PGS_OK;
 }
