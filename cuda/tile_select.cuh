@@ -1,5 +1,5 @@
-// Ordered selection over tiles: the engine of compact, select_pairs and
-// merge_pairs.
+// Ordered selection over tiles and spans: the engine of compact,
+// select_pairs and merge_pairs.
 //
 // Elements carry up to two flags (class 1 and class 2, e.g. |x| > thr and
 // |x| == thr). Every element is given the number of flagged elements of
@@ -11,19 +11,23 @@
 // (cub::TilePrefixCallbackOp), so the input is read once, by one kernel
 // after a small one that resets the tile states.
 //
-// Three passes (tile_select; merge_pairs, whose count pass computes what its
-// write pass reads):
-//   1. tile_count_kernel: per tile of 4096 elements, the two flag counts;
-//   2. tile_scan_kernel: one block scans the tile counts (exclusive), and
-//      offs[ntiles] holds the totals;
-//   3. tile_write_kernel: each tile recomputes its flags, ranks them inside
-//      the tile with warp ballots and hands each element its two "before"
-//      counts, from which the op computes an output position (ties beyond a
-//      quota, capacity, index order: all exact and deterministic).
+// Three passes over spans of 512 elements (span_select; merge_pairs, whose
+// write pass needs a total that a single pass cannot give it):
+//   1. span_count_kernel: per span, the two flag counts;
+//   2. span_scan_kernel: one block scans the span counts (exclusive), and
+//      offs[nspans] holds the totals;
+//   3. span_write_kernel: each span recomputes its flags, ranks them with
+//      warp ballots and hands each element its two "before" counts, from
+//      which the op computes an output position (ties beyond a quota,
+//      capacity, index order: all exact and deterministic).
 //
-// One warp takes a whole tile: span w < 8 of it holds elements
-// w*512 + r*32 + lane for rows r < 16, every row one coalesced 128-byte
-// load and one ballot per class, and the warp walks the spans in order.
+// A tile is kTileWarps spans; span w of tile t holds elements
+// t*4096 + w*512 + r*32 + lane for rows r < 16, every row one coalesced
+// 128-byte load and one ballot per class. In the three passes one warp
+// takes one span: merge_pairs' loads are dependent (an index, then the
+// other list at its lower bound), so its lists of a few hundred thousand
+// pairs need a warp per span to keep enough loads in flight (a warp per
+// whole tile made Ok-Topk's P = 4 call on 4 H200s slower by 0.2 ms).
 //
 // An Op provides:
 //   using Item = ...;
@@ -56,13 +60,17 @@ inline unsigned long long tiles_for(unsigned long long n) {
   return (n + kTile - 1) / kTile;
 }
 
-// The first tile of this warp, and the step to its next one: tiles go to
+inline unsigned long long spans_for(unsigned long long n) {
+  return (n + kWarpSpan - 1) / kWarpSpan;
+}
+
+// The first span of this warp, and the step to its next one: spans go to
 // the grid's warps in turn.
-__device__ __forceinline__ unsigned long long first_tile() {
+__device__ __forceinline__ unsigned long long first_span() {
   return static_cast<unsigned long long>(blockIdx.x) * kTileWarps +
          (threadIdx.x >> 5);
 }
-__device__ __forceinline__ unsigned long long tile_step() {
+__device__ __forceinline__ unsigned long long span_step() {
   return static_cast<unsigned long long>(gridDim.x) * kTileWarps;
 }
 
@@ -118,78 +126,69 @@ __device__ __forceinline__ void emit_rows(
   }
 }
 
-// One warp per tile: the warp walks the tile's kTileWarps spans of
-// kTileRows rows in index order, so no block barrier couples the warps of a
-// block (the block-per-tile form, two barriers and a serial sum per tile,
-// reached 31% of the memory bandwidth on an H200; ncu, n = 100M).
+// One warp per span: its two flag counts, per lane and then across the
+// warp once.
 template <class Op>
 __global__ void __launch_bounds__(kThreads)
-    tile_count_kernel(Op op, unsigned long long ntiles, uint2 *counts) {
-  const int lane = threadIdx.x & 31;
-  for (unsigned long long t = first_tile(); t < ntiles; t += tile_step()) {
+    span_count_kernel(Op op, unsigned long long nspans, uint2 *counts) {
+  for (unsigned long long s = first_span(); s < nspans; s += span_step()) {
+    typename Op::Item it[kTileRows];
+    bool ok[kTileRows];
     unsigned c1 = 0, c2 = 0;
-    for (int w = 0; w < kTileWarps; ++w) {
-      typename Op::Item it[kTileRows];
-      bool ok[kTileRows];
-      load_span(op, t, w, it, ok);
-      count_span(op, it, ok, c1, c2);
-    }
-    // Per lane, then across the warp once per tile.
+    load_span(op, s / kTileWarps, static_cast<int>(s % kTileWarps), it, ok);
+    count_span(op, it, ok, c1, c2);
     c1 = __reduce_add_sync(0xffffffffu, c1);
     c2 = __reduce_add_sync(0xffffffffu, c2);
-    if (lane == 0) counts[t] = make_uint2(c1, c2);
+    if ((threadIdx.x & 31) == 0) counts[s] = make_uint2(c1, c2);
   }
 }
 
-// Exclusive scan of the tile counts by one block; offs[ntiles] = totals.
+// Exclusive scan of the span counts by one block; offs[nspans] = totals.
 __global__ void __launch_bounds__(kScanThreads)
-    tile_scan_kernel(const uint2 *__restrict__ counts,
-                     unsigned long long ntiles, ulonglong2 *__restrict__ offs);
+    span_scan_kernel(const uint2 *__restrict__ counts,
+                     unsigned long long nspans, ulonglong2 *__restrict__ offs);
 
-// One warp per tile, as tile_count_kernel: the "before" counts run on
-// from the tile's offsets through its spans and rows in index order.
+// One warp per span, as span_count_kernel: the "before" counts run on from
+// the span's offsets through its rows in index order.
 template <class Op>
 __global__ void __launch_bounds__(kThreads)
-    tile_write_kernel(Op op, unsigned long long ntiles,
+    span_write_kernel(Op op, unsigned long long nspans,
                       const ulonglong2 *__restrict__ offs) {
-  for (unsigned long long t = first_tile(); t < ntiles; t += tile_step()) {
-    const ulonglong2 o = offs[t];
+  for (unsigned long long s = first_span(); s < nspans; s += span_step()) {
+    typename Op::Item it[kTileRows];
+    bool ok[kTileRows];
+    const ulonglong2 o = offs[s];
     unsigned long long b1 = o.x, b2 = o.y;
-    for (int w = 0; w < kTileWarps; ++w) {
-      typename Op::Item it[kTileRows];
-      bool ok[kTileRows];
-      const unsigned long long base = load_span(op, t, w, it, ok);
-      emit_rows(op, base, it, ok, b1, b2);
-    }
+    const unsigned long long base =
+        load_span(op, s / kTileWarps, static_cast<int>(s % kTileWarps), it, ok);
+    emit_rows(op, base, it, ok, b1, b2);
   }
 }
 
-// Scratch of one tile selection over ntiles tiles.
-struct TileScratch {
+// Scratch of one three-pass selection over nspans spans.
+struct SpanScratch {
   uint2 *counts = nullptr;
-  ulonglong2 *offs = nullptr;  // ntiles + 1
-  void carve(Carve &cv, unsigned long long ntiles) {
-    counts = cv.take<uint2>(ntiles);
-    offs = cv.take<ulonglong2>(ntiles + 1);
+  ulonglong2 *offs = nullptr;  // nspans + 1
+  void carve(Carve &cv, unsigned long long nspans) {
+    counts = cv.take<uint2>(nspans);
+    offs = cv.take<ulonglong2>(nspans + 1);
   }
 };
 
 // Queues the three kernels. count_op and write_op see the same elements.
 template <class CountOp, class WriteOp>
-int tile_select(Ctx *c, unsigned long long ntiles, const CountOp &count_op,
-                const WriteOp &write_op, const TileScratch &ts) {
-  // One tile per warp and step: a whole tile's rows per thread.
-  constexpr size_t per_thread = static_cast<size_t>(kTileRows) * kTileWarps;
-  tile_count_kernel<CountOp>
-      <<<grid_for(c, tile_count_kernel<CountOp>, ntiles * kTile, per_thread),
-         kThreads, 0, c->stream>>>(count_op, ntiles, ts.counts);
+int span_select(Ctx *c, unsigned long long nspans, const CountOp &count_op,
+                const WriteOp &write_op, const SpanScratch &ss) {
+  span_count_kernel<CountOp>
+      <<<grid_for(c, span_count_kernel<CountOp>, nspans * kWarpSpan, kTileRows),
+         kThreads, 0, c->stream>>>(count_op, nspans, ss.counts);
   PGS_LAUNCHED();
-  tile_scan_kernel<<<1, kScanThreads, 0, c->stream>>>(ts.counts, ntiles,
-                                                      ts.offs);
+  span_scan_kernel<<<1, kScanThreads, 0, c->stream>>>(ss.counts, nspans,
+                                                      ss.offs);
   PGS_LAUNCHED();
-  tile_write_kernel<WriteOp>
-      <<<grid_for(c, tile_write_kernel<WriteOp>, ntiles * kTile, per_thread),
-         kThreads, 0, c->stream>>>(write_op, ntiles, ts.offs);
+  span_write_kernel<WriteOp>
+      <<<grid_for(c, span_write_kernel<WriteOp>, nspans * kWarpSpan, kTileRows),
+         kThreads, 0, c->stream>>>(write_op, nspans, ss.offs);
   PGS_LAUNCHED();
   return PGS_OK;
 }

@@ -29,9 +29,19 @@ void die(const char *what, int st) {
 
 struct Result {
   double median_ms;
+  double phase_ms[PGS_PHASE_COUNT];  // medians over ranks and calls
   pgs_stats_t last;
   int64_t max_words_sent, max_words_recv;
 };
+
+// The median of every rank's values (the same count on each rank).
+double median_over_ranks(const std::vector<double> &v) {
+  std::vector<double> all(v.size() * size_);
+  MPI_Allgather(v.data(), (int)v.size(), MPI_DOUBLE, all.data(), (int)v.size(),
+                MPI_DOUBLE, MPI_COMM_WORLD);
+  std::sort(all.begin(), all.end());
+  return all[all.size() / 2];
+}
 
 // Times @p iters calls of one bucket; inputs rotate among @p inputs so the
 // thresholds see changing data, as in training.
@@ -48,7 +58,7 @@ Result run(pgs_algo_id_t algo, pgs_dtype_t wire, double density,
   pgs_bucket_t *b = nullptr;
   int st = pgs_bucket_create(&cfg, comm, ops, n, &b);
   if (st) die("pgs_bucket_create", st);
-  std::vector<double> ms;
+  std::vector<double> ms, phase[PGS_PHASE_COUNT];
   Result r{};
   for (int i = 0; i < iters + 3; ++i) {
     cudaMemcpyAsync(work, inputs[i % inputs.size()], n * 4,
@@ -63,17 +73,17 @@ Result run(pgs_algo_id_t algo, pgs_dtype_t wire, double density,
     if (i < 3) continue;  // warm-up (dense first step, allocations)
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     pgs_bucket_stats(b, &r.last);
+    for (int p = 0; p < PGS_PHASE_COUNT; ++p)
+      phase[p].push_back(r.last.time_s[p] * 1e3);
     int64_t s = 0, v = 0;
     for (int p = 0; p < PGS_PHASE_COUNT; ++p)
       s += r.last.words_sent[p], v += r.last.words_recv[p];
     r.max_words_sent = std::max(r.max_words_sent, s);
     r.max_words_recv = std::max(r.max_words_recv, v);
   }
-  std::vector<double> all(ms.size() * size_);
-  MPI_Allgather(ms.data(), (int)ms.size(), MPI_DOUBLE, all.data(),
-                (int)ms.size(), MPI_DOUBLE, MPI_COMM_WORLD);
-  std::sort(all.begin(), all.end());  // median over ranks and calls
-  r.median_ms = all[all.size() / 2];
+  r.median_ms = median_over_ranks(ms);
+  for (int p = 0; p < PGS_PHASE_COUNT; ++p)
+    r.phase_ms[p] = median_over_ranks(phase[p]);
   pgs_bucket_destroy(b);
   return r;
 }
@@ -154,6 +164,14 @@ int main(int argc, char **argv) {
                   (long long)res[i].max_words_sent,
                   (long long)res[i].max_words_recv,
                   res[i].last.words_lower_bound, res[i].last.words_upper_bound);
+    std::printf("%-10s %12s %12s %12s  (per phase, median ms)\n", "algo",
+                "select", "reduce", "gather");
+    for (size_t i = 0; i < res.size(); ++i)
+      std::printf(
+          "%-10s%-5s %7.3f %12.3f %12.3f\n", pgs_algo_name(algos[i].algo),
+          algos[i].wire == PGS_BFLOAT16 ? "+bf16" : "",
+          res[i].phase_ms[PGS_PHASE_SELECT], res[i].phase_ms[PGS_PHASE_REDUCE],
+          res[i].phase_ms[PGS_PHASE_GATHER]);
     std::printf(
         "(dense = NCCL allreduce of the same buffer through the same "
         "transport; 'vs dense' > 1 means faster than fp32 dense; +bf16: "

@@ -17,11 +17,13 @@
 //      (abs_stats), DGC's 1% sample (gather + kth_abs of the sample), then
 //      the count at a threshold and the compaction that every guessed
 //      selection adds, and the exact radix select, each also in reads of
-//      the input (4n bytes at the device-to-device copy's bandwidth).
+//      the input (4n bytes at the device-to-device copy's bandwidth);
+//  (d) merge_pairs of two sorted lists (Ok-Topk's reduction, gTop-k's
+//      tree) at the list sizes of a 27.5M bucket at density 0.01.
 //
 // Each figure is the median of many runs after warm-up, timed with CUDA
 // events on the table's stream. Usage: pgs_cuda_bench [runs [sections]],
-// sections a subset of "abc" (default all).
+// sections a subset of "abcd" (default all).
 #include <cuda_runtime.h>
 #include <pg_sparse/ops_cuda.h>
 
@@ -222,12 +224,51 @@ void estimator_costs(pgs_ops_t *ops, cudaStream_t s, int runs) {
     estimator_costs_at(ops, s, runs, n);
 }
 
+// (d) merge_pairs of two sorted lists of m pairs each from [0, 4m) (about
+// one index in seven common), as Ok-Topk's reduction and gTop-k's tree merge
+// a received list into their own; with its count read back.
+void merge_costs(pgs_ops_t *ops, cudaStream_t s, int runs) {
+  std::printf("\n(d) merge_pairs of two sorted lists of m pairs each\n");
+  for (size_t m : {size_t{68750}, size_t{275000}, size_t{1100000}}) {
+    std::mt19937_64 rng(m);
+    std::vector<int32_t> ha, hb;
+    for (size_t i = 0; i < 4 * m; ++i) {
+      if (rng() % 4 == 0) ha.push_back(static_cast<int32_t>(i));
+      if (rng() % 4 == 0) hb.push_back(static_cast<int32_t>(i));
+    }
+    const size_t na = ha.size(), nb = hb.size(), cap = na + nb;
+    int32_t *ia = nullptr, *ib = nullptr, *io = nullptr;
+    float *va = nullptr, *vb = nullptr, *vo = nullptr;
+    CHECK_CUDA(cudaMalloc(&ia, na * 4));
+    CHECK_CUDA(cudaMalloc(&ib, nb * 4));
+    CHECK_CUDA(cudaMalloc(&io, cap * 4));
+    CHECK_CUDA(cudaMalloc(&va, na * 4));
+    CHECK_CUDA(cudaMalloc(&vb, nb * 4));
+    CHECK_CUDA(cudaMalloc(&vo, cap * 4));
+    CHECK_CUDA(cudaMemcpy(ia, ha.data(), na * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(ib, hb.data(), nb * 4, cudaMemcpyHostToDevice));
+    fill(va, na, 5, s);
+    fill(vb, nb, 6, s);
+    int64_t got = 0;
+    const double t = median_ms(s, 3, runs, [&] {
+      CHECK_PGS(
+          ops->merge_pairs(ops, ia, va, na, ib, vb, nb, io, vo, cap, &got));
+    });
+    std::printf("  m = %8zu + %8zu: %8.1f us  (union %lld)\n", na, nb, t * 1e3,
+                static_cast<long long>(got));
+    for (void *p : {static_cast<void *>(ia), static_cast<void *>(ib),
+                    static_cast<void *>(io), static_cast<void *>(va),
+                    static_cast<void *>(vb), static_cast<void *>(vo)})
+      CHECK_CUDA(cudaFree(p));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   const int runs = argc > 1 ? std::atoi(argv[1]) : 50;
   // Sections to run (a profiler run takes one): default all.
-  const char *sections = argc > 2 ? argv[2] : "abc";
+  const char *sections = argc > 2 ? argv[2] : "abcd";
   auto want = [sections](char c) {
     return std::strchr(sections, c) != nullptr;
   };
@@ -391,6 +432,7 @@ int main(int argc, char **argv) {
     CHECK_CUDA(cudaFree(val));
   }
   if (want('c')) estimator_costs(ops, s, runs);
+  if (want('d')) merge_costs(ops, s, runs);
   pgs_ops_cuda_destroy(ops);
   CHECK_CUDA(cudaStreamDestroy(s));
   return 0;
