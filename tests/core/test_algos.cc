@@ -834,6 +834,52 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
   });
 }
 
+// GaussianK's selection against brute force on each rank, whether its
+// first guess was selected by the pass that counted it (in band) or after
+// corrections or exactly: the residual keeps exactly the entries below the
+// threshold used (and zeros), the count sent is that of |acc| >= thr, and
+// nothing is lost. Normal data lands the first guesses of these
+// estimators; heavy tails make the Gaussian and exponential guesses miss.
+TEST_P(TransportTest, GaussiankSelectionMatchesBruteForce) {
+  on_every_rank([&] {
+    const size_t n = 100000;
+    int landed = 0, corrected = 0;
+    for (pgs_estimator_t est : {PGS_EST_DEFAULT, PGS_EST_SIDCO_EXP,
+                                PGS_EST_DGC_SAMPLE, PGS_EST_EXACT}) {
+      pgs_config_t cfg = make_config(PGS_ALGO_GAUSSIANK, 0.01, 0);
+      cfg.estimator = est;
+      Runner run(GetParam(), cfg, n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      for (int64_t step = 0; step < 4; ++step) {
+        const std::vector<float> g =
+            step % 2 == 0 ? normal_data(n, 71, world_rank(), step)
+                          : heavy_data(n, 71 + step, world_rank());
+        ASSERT_TRUE(run.step_all(g));
+        const float thr = static_cast<float>(run.stats.local_threshold);
+        int64_t picked = 0;
+        int bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const float a = run.acc[i];
+          const bool sent = a != 0.0f && std::fabs(a) >= thr;
+          picked += sent;
+          bad += run.resid[i] != (sent ? 0.0f : a);
+        }
+        const std::string name = pgs_estimator_name(est);
+        EXPECT_EQ(bad, 0) << name << " step " << step;
+        EXPECT_EQ(run.stats.capped, 0) << name;
+        EXPECT_EQ(run.stats.local_selected, picked) << name;
+        EXPECT_EQ(conservation_failures(run, n), 0) << name;
+        if (est != PGS_EST_EXACT) {
+          landed += run.stats.estimate_corrections == 0;
+          corrected += run.stats.estimate_corrections > 0;
+        }
+      }
+    }
+    EXPECT_GT(landed, 0) << "no first guess was selected in band";
+    EXPECT_GT(corrected, 0) << "no guess needed a correction";
+  });
+}
+
 // SIDCo's stage adaptation on heavy tails (Student t, 2 degrees of
 // freedom), where one exponential fit of the bulk over-selects: the
 // multi-stage estimator starts at 2 stages, adds stages while its first

@@ -96,7 +96,9 @@ struct pgs_ops {
   /** Compaction in index order: select x[i] != 0 with |x[i]| > thr, plus the
    *  first @p eq_quota entries with |x[i]| == thr (all of them if negative).
    *  Writes idx[j] = i + idx_offset and val[j] = x[i], j < cap; *count_host
-   *  receives the number selected.
+   *  receives the number selected, also when more than cap were
+   *  (PGS_ERR_OVERFLOW, the first cap written), so one pass both selects
+   *  and counts a guess.
    *  @p count_host may be NULL when the caller knows the count (it planned
    *  the selection): then exactly @p cap entries must be selected, and a
    *  table that queues work (CUDA) checks that on the device instead of

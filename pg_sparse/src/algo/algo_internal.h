@@ -68,6 +68,9 @@ struct pgs_bucket {
    * ops memory, made on first use) and its values. */
   pgs_buf_t est_idx, est_val;
   size_t est_m;
+  /* gaussiank: the values of a guess selected in the pass that counted it
+   * (pgs_banded_select), before they move behind the indices. */
+  pgs_buf_t guess_val;
   /* SIDCo multi-stage: the current stage count (0: not chosen yet) and the
    * first guesses' picks / k summed over the calls since the last change. */
   int est_stages;
@@ -231,6 +234,15 @@ void pgs_sidco_adapt(pgs_bucket_t *b, int64_t picks);
  *  local_recomputed go to the stats (estimate.c). */
 int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
                          int64_t *gt, int64_t *eq);
+
+/** pgs_banded_threshold whose first count is a compaction into @p idx and
+ *  @p val (room for 2k pairs each): when the estimator's first guess lands
+ *  in [k/2, 2k], those pairs are its selection (every entry at or above the
+ *  threshold, in index order) and *m their count, so counting and selecting
+ *  take one pass over x; *gt then holds the count and *eq 0. Otherwise *m is
+ *  -1, idx and val hold nothing, and the rest is as pgs_banded_threshold. */
+int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
+                      float *thr, int64_t *gt, int64_t *eq, int64_t *m);
 
 /** Monotonic clock in seconds. */
 double pgs_now(void);

@@ -147,6 +147,7 @@ void pgs_bucket_destroy(pgs_bucket_t *b) {
   pgs_buf_release(b->ops, &b->snapshot);
   pgs_buf_release(b->ops, &b->est_idx);
   pgs_buf_release(b->ops, &b->est_val);
+  pgs_buf_release(b->ops, &b->guess_val);
   free(b->host_counts);
   free(b->host_bytes);
   free(b);

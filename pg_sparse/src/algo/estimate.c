@@ -122,8 +122,17 @@ static int count_at(pgs_bucket_t *b, const float *x, float thr, int64_t *gt,
   return b->ops->count_regions(b->ops, x, b->n, bounds, 1, thr, gt, eq);
 }
 
-int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
-                         int64_t *gt, int64_t *eq) {
+/* The first guess counted by selecting it: compacted into (idx, val) with
+ * room for 2k, the full count returned even where it did not fit. */
+static int select_at(pgs_bucket_t *b, const float *x, float thr, int32_t *idx,
+                     float *val, int64_t *count) {
+  const int st = b->ops->compact(b->ops, x, b->n, thr, -1, 0, idx, val,
+                                 (size_t)(2 * b->k), count);
+  return st == PGS_ERR_OVERFLOW ? PGS_OK : st; /* more than 2k: a miss */
+}
+
+int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
+                      float *thr_out, int64_t *gt, int64_t *eq, int64_t *m) {
   /* With the exact estimator, at k = n (where the exact threshold keeps
    * every entry, as density 1 must), and for reuse before any threshold,
    * straight to the select below. */
@@ -131,18 +140,26 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
       b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n ||
       (b->cfg.estimator == PGS_EST_REUSE && !(b->est_last_thr > 0.0f));
   float thr = 0.0f;
+  *m = -1;
   int st = exact ? PGS_OK : pgs_estimate_threshold(b, x, &thr);
   if (st != PGS_OK) return st;
   const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
   const int tries = exact ? 0 : EST_CORRECTIONS;
   for (int i = 0; i < tries; ++i) {
-    st = count_at(b, x, thr, gt, eq);
+    const int selecting = i == 0 && idx != NULL;
+    if (selecting) {
+      *eq = 0;
+      st = select_at(b, x, thr, idx, val, gt);
+    } else {
+      st = count_at(b, x, thr, gt, eq);
+    }
     if (st != PGS_OK) return st;
     const int64_t count = *gt + *eq;
     if (i == 0) pgs_sidco_adapt(b, count);
     if (count >= lo && count <= hi && thr > 0.0f) {
       *thr_out = b->est_last_thr = thr;
       b->stats.estimate_corrections = i;
+      if (selecting) *m = count;
       return PGS_OK;
     }
     /* The count falls as the threshold rises; step by the tail ratio. */
@@ -155,4 +172,10 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
   b->stats.local_recomputed = 1;
   *thr_out = b->est_last_thr = thr;
   return count_at(b, x, thr, gt, eq);
+}
+
+int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
+                         int64_t *gt, int64_t *eq) {
+  int64_t m = -1;
+  return pgs_banded_select(b, x, NULL, NULL, thr_out, gt, eq, &m);
 }
