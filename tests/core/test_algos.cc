@@ -850,10 +850,12 @@ TEST_P(TransportTest, GaussiankSelectionMatchesBruteForce) {
       cfg.estimator = est;
       Runner run(GetParam(), cfg, n);
       ASSERT_TRUE(all_ranks(run.ok()));
-      for (int64_t step = 0; step < 4; ++step) {
+      // Two normal calls, then alternating: a guess after a landed one is
+      // selected in its counting pass, after a missed one counted first.
+      for (int64_t step = 0; step < 6; ++step) {
         const std::vector<float> g =
-            step % 2 == 0 ? normal_data(n, 71, world_rank(), step)
-                          : heavy_data(n, 71 + step, world_rank());
+            step < 2 || step % 2 == 0 ? normal_data(n, 71, world_rank(), step)
+                                      : heavy_data(n, 71 + step, world_rank());
         ASSERT_TRUE(run.step_all(g));
         const float thr = static_cast<float>(run.stats.local_threshold);
         int64_t picked = 0;

@@ -69,8 +69,12 @@ struct pgs_bucket {
   pgs_buf_t est_idx, est_val;
   size_t est_m;
   /* gaussiank: the values of a guess selected in the pass that counted it
-   * (pgs_banded_select), before they move behind the indices. */
+   * (pgs_banded_select), before they move behind the indices; and whether
+   * the last call's first guess landed in [k/2, 2k], so this call's is
+   * counted by selecting it (a speed hint only: both ways select the same
+   * entries). */
   pgs_buf_t guess_val;
+  int est_landed;
   /* SIDCo multi-stage: the current stage count (0: not chosen yet) and the
    * first guesses' picks / k summed over the calls since the last change. */
   int est_stages;
@@ -235,12 +239,15 @@ void pgs_sidco_adapt(pgs_bucket_t *b, int64_t picks);
 int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
                          int64_t *gt, int64_t *eq);
 
-/** pgs_banded_threshold whose first count is a compaction into @p idx and
- *  @p val (room for 2k pairs each): when the estimator's first guess lands
- *  in [k/2, 2k], those pairs are its selection (every entry at or above the
- *  threshold, in index order) and *m their count, so counting and selecting
- *  take one pass over x; *gt then holds the count and *eq 0. Otherwise *m is
- *  -1, idx and val hold nothing, and the rest is as pgs_banded_threshold. */
+/** pgs_banded_threshold whose first count, where the last call's first
+ *  guess landed in [k/2, 2k], is a compaction into @p idx and @p val (room
+ *  for 2k pairs each): when this guess lands too, those pairs are its
+ *  selection (every entry at or above the threshold, in index order) and *m
+ *  their count, so counting and selecting take one pass over x; *gt then
+ *  holds the count and *eq 0. Otherwise *m is -1, idx and val hold nothing,
+ *  and the rest is as pgs_banded_threshold. (Only after a landed guess: a
+ *  missed one compacts up to 2k pairs of a count far from k, which costs
+ *  more than the count alone.) */
 int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
                       float *thr, int64_t *gt, int64_t *eq, int64_t *m);
 

@@ -146,7 +146,7 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
   const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
   const int tries = exact ? 0 : EST_CORRECTIONS;
   for (int i = 0; i < tries; ++i) {
-    const int selecting = i == 0 && idx != NULL;
+    const int selecting = i == 0 && idx != NULL && b->est_landed;
     if (selecting) {
       *eq = 0;
       st = select_at(b, x, thr, idx, val, gt);
@@ -155,8 +155,12 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
     }
     if (st != PGS_OK) return st;
     const int64_t count = *gt + *eq;
-    if (i == 0) pgs_sidco_adapt(b, count);
-    if (count >= lo && count <= hi && thr > 0.0f) {
+    const int landed = count >= lo && count <= hi && thr > 0.0f;
+    if (i == 0) {
+      pgs_sidco_adapt(b, count);
+      b->est_landed = landed;
+    }
+    if (landed) {
       *thr_out = b->est_last_thr = thr;
       b->stats.estimate_corrections = i;
       if (selecting) *m = count;
