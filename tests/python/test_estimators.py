@@ -118,4 +118,5 @@ def test_bench_suite(tmp_path):
     assert methods[1:] == [f"gaussiank, estimator={e}" for e in NAMES]
     for r in rows[1:]:
         assert 0.5 <= r["achieved"] <= 2.0 and r["select_ms"] > 0, r
+        assert r["call_ms"] >= r["select_ms"], r
     assert (tmp_path / "estimators.md").exists()
