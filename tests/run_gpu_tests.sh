@@ -19,6 +19,9 @@
 #   bash tests/run_gpu_tests.sh ext       build the extension in place (python does)
 #   bash tests/run_gpu_tests.sh p2p       send/recv of CUDA tensors vs NCCL, 2 GPUs
 #   bash tests/run_gpu_tests.sh faults    a rank killed mid-job on the GPU path, 2 GPUs
+#   bash tests/run_gpu_tests.sh estimators  GaussianK's selection with every threshold
+#                                         estimator vs exact and torch.topk, 1 GPU
+#   bash tests/run_gpu_tests.sh ncu_compact  ncu on the one-pass compaction at 100M
 # With no argument: build kernels algos python. Logs go to $OUT (or build-gpu/logs).
 # NGPU (default 2) sets the GPUs of the multi-GPU steps: algos, python,
 # allreduce, allreduce_sweep, ddp, p2p.
@@ -161,6 +164,26 @@ step_faults() {
   PYTHONPATH="$root/python" python3 -m pytest "$root/tests/python/test_faults.py" \
     -k cuda -q 2>&1 | tee "$logs/pytest_faults.log" | tail -5
   return "${PIPESTATUS[0]}"
+}
+
+# GaussianK's selection per estimator at 25M and 100M on one GPU, with
+# torch.topk in the same run (after `ext`): select phase and whole call.
+step_estimators() {
+  PYTHONPATH="$root/python" timeout 300 python3 -m pg_sparse.bench estimators \
+    --device cuda --sizes "${EST_SIZES:-25M,100M}" --repeats 5 \
+    --out "$logs/estimators" 2>&1 | tee "$logs/estimators.txt" | grep "^  n="
+  return "${PIPESTATUS[0]}"
+}
+
+# Nsight Compute on the one-pass compaction (n = 100M, after `build`).
+step_ncu_compact() {
+  PGS_BENCH_N=104857600 timeout 200 ncu -k regex:tile_once_kernel -c 1 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section LaunchStats \
+    "$build/cuda/pgs_cuda_bench" 3 c >"$logs/ncu_compact.txt" 2>&1
+  local rc=$?
+  grep -E "Duration|Throughput|Occupancy|Registers" "$logs/ncu_compact.txt"
+  return $rc
 }
 
 # Point-to-point of CUDA tensors vs an NCCL group (after `ext`).
