@@ -187,7 +187,9 @@ struct MergeItem {
   bool matched;
 };
 
+// The count pass's op; the write pass's adds the output.
 struct MergeBase {
+  using Item = MergeItem;
   MergeSide a, b;
   unsigned long long a_span;
   uint32_t *lb;  // na + nb lower bounds
@@ -222,15 +224,11 @@ struct MergeBase {
   }
 };
 
-struct MergeCountOp : MergeBase {
-  using Item = MergeItem;
-};
-
 // The lower bounds, one thread per entry. A binary search is a chain of
 // dependent loads, so the searches need all the threads the device holds:
-// inside the tile passes, where a warp walks a whole tile, each thread ran
-// 128 searches back to back, and Ok-Topk at P = 4 (n = 27.5M, three merges
-// a call) took 2.3 ms a call on 4 H200s against 1.6 before.
+// done inside the count pass when a warp walked a whole tile, each thread
+// ran 128 of them back to back, and Ok-Topk at P = 4 (n = 27.5M, three
+// merges a call) took 2.3 ms a call on 4 H200s against 1.6 before.
 __global__ void __launch_bounds__(kThreads)
     merge_bounds_kernel(MergeSide a, MergeSide b, uint32_t *__restrict__ lb) {
   const unsigned long long total = a.n + b.n;
@@ -248,7 +246,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 struct MergeWriteOp : MergeBase {
-  using Item = MergeItem;
   static constexpr bool kFlaggedOnly = false;  // every element is written
   const ulonglong2 *offs;  // offs[a_spans].y: matched entries of a
   unsigned long long a_spans;
@@ -427,7 +424,7 @@ int merge_pairs(const pgs_ops_t *ops, const int32_t *ia, const float *va,
   Carve cv(c->work.ptr);
   ss.carve(cv, nspans);
   uint32_t *lb = cv.take<uint32_t>(na + nb);
-  MergeCountOp count_op;
+  MergeBase count_op;
   count_op.a = MergeSide{ia, va, na};
   count_op.b = MergeSide{ib, vb, nb};
   count_op.a_span = a_spans * kWarpSpan;

@@ -75,14 +75,13 @@ __device__ __forceinline__ unsigned long long span_step() {
   return static_cast<unsigned long long>(gridDim.x) * kTileWarps;
 }
 
-// Loads this lane's kTileRows elements of span w of tile t (ok[r]: whether
-// element r exists).
+// Loads this lane's kTileRows elements of span s (span w of tile t is
+// s = t * kTileWarps + w; ok[r]: whether element r exists).
 template <class Op>
 __device__ __forceinline__ unsigned long long load_span(
-    const Op &op, unsigned long long t, int w,
-    typename Op::Item (&it)[kTileRows], bool (&ok)[kTileRows]) {
-  const unsigned long long base =
-      t * kTile + w * kWarpSpan + (threadIdx.x & 31);
+    const Op &op, unsigned long long s, typename Op::Item (&it)[kTileRows],
+    bool (&ok)[kTileRows]) {
+  const unsigned long long base = s * kWarpSpan + (threadIdx.x & 31);
 #pragma unroll
   for (int r = 0; r < kTileRows; ++r) ok[r] = op.load(base + r * 32, it[r]);
   return base;
@@ -136,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
     typename Op::Item it[kTileRows];
     bool ok[kTileRows];
     unsigned c1 = 0, c2 = 0;
-    load_span(op, s / kTileWarps, static_cast<int>(s % kTileWarps), it, ok);
+    load_span(op, s, it, ok);
     count_span(op, it, ok, c1, c2);
     c1 = __reduce_add_sync(0xffffffffu, c1);
     c2 = __reduce_add_sync(0xffffffffu, c2);
@@ -160,8 +159,7 @@ __global__ void __launch_bounds__(kThreads)
     bool ok[kTileRows];
     const ulonglong2 o = offs[s];
     unsigned long long b1 = o.x, b2 = o.y;
-    const unsigned long long base =
-        load_span(op, s / kTileWarps, static_cast<int>(s % kTileWarps), it, ok);
+    const unsigned long long base = load_span(op, s, it, ok);
     emit_rows(op, base, it, ok, b1, b2);
   }
 }
@@ -265,8 +263,8 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = static_cast<int>(threadIdx.x >> 5);
   typename Op::Item it[kTileRows];
   bool ok[kTileRows];
-  const unsigned long long base =
-      load_span(op, static_cast<unsigned long long>(tile), warp, it, ok);
+  const unsigned long long base = load_span(
+      op, static_cast<unsigned long long>(tile) * kTileWarps + warp, it, ok);
   unsigned c1 = 0, c2 = 0;
   count_span(op, it, ok, c1, c2);
   c1 = __reduce_add_sync(0xffffffffu, c1);
