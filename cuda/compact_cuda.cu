@@ -3,6 +3,8 @@
 // first two in one pass over their input, merge_pairs in three). Each
 // call reads back one pair of totals, or, when the caller planned the
 // count, checks it on the device without a wait.
+#include <limits>
+
 #include "tile_select.cuh"
 
 namespace pgs_cuda {
@@ -66,13 +68,15 @@ namespace {
 // than quota ties precede it. Its output slot is the number of elements
 // taken before it: before1 + min(before2, quota).
 struct Selector {
-  float thr;
+  // One compare per class: gt = max(thr, 0) (|v| > gt excludes zeros; a
+  // NaN thr stays NaN and takes nothing), eq = thr where thr > 0, else NaN
+  // (equal to nothing, so neither zeros nor a negative thr make ties).
+  float gt, eq;
   unsigned long long quota;  // ~0 for "every tie"
   __device__ __forceinline__ void flags(float v, bool &f1, bool &f2) const {
     const float a = fabsf(v);
-    const bool nz = v != 0.0f;
-    f1 = nz && a > thr;
-    f2 = nz && a == thr;
+    f1 = a > gt;
+    f2 = a == eq;
   }
   // Output slot, or ~0 when the element is not taken.
   __device__ __forceinline__ unsigned long long slot(
@@ -82,21 +86,73 @@ struct Selector {
   }
 };
 
+unsigned long long quota_of(int64_t eq_quota) {
+  return eq_quota < 0 ? ~0ull : static_cast<unsigned long long>(eq_quota);
+}
+
+Selector make_selector(float thr, int64_t eq_quota) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  return Selector{thr < 0.0f ? 0.0f : thr, thr > 0.0f ? thr : nan,
+                  quota_of(eq_quota)};
+}
+
+bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+// The 16-byte vector of four T.
+template <class T>
+struct Vec4;
+template <>
+struct Vec4<float> {
+  using type = float4;
+};
+template <>
+struct Vec4<int32_t> {
+  using type = int4;
+};
+
+// Loads a run of kRun words of x (n of them) from v0: four 16-byte
+// loads where the run is whole and x is aligned (v0 is a multiple of 16),
+// else one at a time with zeros past the end (a zero is never flagged).
+template <class T>
+__device__ __forceinline__ void load_run4(const T *__restrict__ x,
+                                          unsigned long long n, bool vec,
+                                          unsigned long long v0,
+                                          T (&it)[kRun]) {
+  static_assert(kRun % 4 == 0, "runs of whole vectors");
+  using V = typename Vec4<T>::type;
+  if (vec && v0 + kRun <= n) {
+    const V *p = reinterpret_cast<const V *>(x + v0);
+#pragma unroll
+    for (int q = 0; q < kRun / 4; ++q) {
+      const V w = p[q];
+      it[4 * q] = w.x;
+      it[4 * q + 1] = w.y;
+      it[4 * q + 2] = w.z;
+      it[4 * q + 3] = w.w;
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < kRun; ++r) it[r] = v0 + r < n ? x[v0 + r] : T{};
+}
+
 struct CompactOp {
   using Item = float;
   static constexpr bool kFlaggedOnly = true;
   const float *x;
   unsigned long long n;
+  bool vec;  // x is 16-byte aligned
   Selector sel;
   uint32_t offset;
   int32_t *idx;
   float *val;
   unsigned long long cap;
-  __device__ bool load(unsigned long long v, float &it) const {
-    if (v >= n) return false;
-    it = x[v];
-    return true;
+  __device__ void load_run(unsigned long long v0, float (&it)[kRun]) const {
+    load_run4(x, n, vec, v0, it);
   }
+  __device__ float reload(unsigned long long v) const { return x[v]; }
   __device__ void flags(float it, bool &f1, bool &f2) const {
     sel.flags(it, f1, f2);
   }
@@ -106,6 +162,54 @@ struct CompactOp {
     if (pos >= cap) return;  // not taken (~0) or past the capacity
     idx[pos] = static_cast<int32_t>(static_cast<uint32_t>(v) + offset);
     val[pos] = it;
+  }
+};
+
+// Stores a run of kRun floats at x + v0 (n of them), as load_run4
+// loaded it.
+__device__ __forceinline__ void store_run4(float *__restrict__ x,
+                                           unsigned long long n, bool vec,
+                                           unsigned long long v0,
+                                           const float (&it)[kRun]) {
+  if (vec && v0 + kRun <= n) {
+    float4 *p = reinterpret_cast<float4 *>(x + v0);
+#pragma unroll
+    for (int q = 0; q < kRun / 4; ++q)
+      p[q] =
+          make_float4(it[4 * q], it[4 * q + 1], it[4 * q + 2], it[4 * q + 3]);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < kRun; ++r)
+    if (v0 + r < n) x[v0 + r] = it[r];
+}
+
+// CompactOp over x += g: each run is added (sums that are not finite
+// rejected and counted, as fused_add_kernel does) and stored back as it is
+// loaded, so the accumulator is read once and written once for both.
+struct AccumulateOp : CompactOp {
+  float *xw;  // x, writable
+  const float *g;
+  unsigned long long *nonfinite;
+  __device__ void load_run(unsigned long long v0, float (&it)[kRun]) const {
+    float add[kRun];
+    load_run4(static_cast<const float *>(xw), n, vec, v0, it);
+    load_run4(g, n, vec, v0, add);
+    unsigned bad = 0;
+#pragma unroll
+    for (int r = 0; r < kRun; ++r) {
+      const float v = it[r] + add[r];
+      const bool ok = finite_bits(v);
+      it[r] = ok ? v : it[r];
+      bad += !ok;
+    }
+    store_run4(xw, n, vec, v0, it);
+    // Every thread of the block gets here: one atomic per warp with a
+    // rejected sum.
+    if (__any_sync(0xffffffffu, bad != 0)) {
+      bad = __reduce_add_sync(0xffffffffu, bad);
+      if ((threadIdx.x & 31) == 0) atomicAdd(nonfinite, bad);
+    }
   }
 };
 
@@ -120,15 +224,21 @@ struct PairsOp {
   const int32_t *idx;
   const float *val;
   unsigned long long m;
+  bool vec;  // idx and val are 16-byte aligned
   Selector sel;
   int32_t *idx_out;
   float *val_out;
   unsigned long long cap;
-  __device__ bool load(unsigned long long j, Pair &it) const {
-    if (j >= m) return false;
-    it.i = idx[j];
-    it.v = val[j];
-    return true;
+  __device__ void load_run(unsigned long long v0, Pair (&it)[kRun]) const {
+    int32_t i[kRun];
+    float v[kRun];
+    load_run4(idx, m, vec, v0, i);
+    load_run4(val, m, vec, v0, v);
+#pragma unroll
+    for (int r = 0; r < kRun; ++r) it[r] = Pair{i[r], v[r]};
+  }
+  __device__ Pair reload(unsigned long long j) const {
+    return Pair{idx[j], val[j]};
   }
   __device__ void flags(const Pair &it, bool &f1, bool &f2) const {
     sel.flags(it.v, f1, f2);
@@ -269,10 +379,6 @@ struct MergeWriteOp : MergeBase {
   }
 };
 
-unsigned long long quota_of(int64_t eq_quota) {
-  return eq_quota < 0 ? ~0ull : static_cast<unsigned long long>(eq_quota);
-}
-
 int64_t selected_count(ulonglong2 t, unsigned long long quota) {
   return static_cast<int64_t>(t.x + (t.y < quota ? t.y : quota));
 }
@@ -317,15 +423,21 @@ size_t compact_scratch_bytes(size_t n) {
   return measure.bytes();
 }
 
-int compact_queue(Ctx *c, const float *x, size_t n, float thr, int32_t *idx,
-                  float *val, size_t cap, void *scratch,
-                  const ulonglong2 **total) {
+int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
+                             float thr, int32_t *idx, float *val, size_t cap,
+                             void *scratch, unsigned long long *nonfinite,
+                             const ulonglong2 **total) {
   const unsigned long long ntiles = tiles_for(n);
   Carve cv(scratch);
   OnceScratch os;
   os.carve(cv, ntiles);
-  const Selector sel{thr, quota_of(-1)};
-  const CompactOp op{x, n, sel, 0u, idx, val, cap};
+  AccumulateOp op;
+  static_cast<CompactOp &>(op) = CompactOp{
+      x,   n,  aligned16(x) && aligned16(g), make_selector(thr, -1), 0u, idx,
+      val, cap};
+  op.xw = x;
+  op.g = g;
+  op.nonfinite = nonfinite;
   PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
   *total = os.total;
   return PGS_OK;
@@ -349,9 +461,10 @@ int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
   PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
   Carve cv(c->work.ptr);
   os.carve(cv, ntiles);
-  const Selector sel{thr, quota_of(eq_quota)};
-  const CompactOp op{x,   n,   sel, static_cast<uint32_t>(idx_offset),
-                     idx, val, cap};
+  const Selector sel = make_selector(thr, eq_quota);
+  const CompactOp op{
+      x,   n,   aligned16(x), sel, static_cast<uint32_t>(idx_offset),
+      idx, val, cap};
   PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
   return finish_selection(c, os.total, sel.quota, cap, count_host);
 }
@@ -388,8 +501,14 @@ int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
     si = cv.take<int32_t>(out_n);
     sv = cv.take<float>(out_n);
   }
-  const Selector sel{thr, quota_of(eq_quota)};
-  const PairsOp op{idx, val, m, sel, alias ? si : idx_out, alias ? sv : val_out,
+  const Selector sel = make_selector(thr, eq_quota);
+  const PairsOp op{idx,
+                   val,
+                   m,
+                   aligned16(idx) && aligned16(val),
+                   sel,
+                   alias ? si : idx_out,
+                   alias ? sv : val_out,
                    cap};
   PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
   if (alias && out_n > 0) {

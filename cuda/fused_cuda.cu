@@ -1,10 +1,10 @@
 // The fused pass of a call on the device (accumulate with the non-finite and
 // threshold counts, then the candidates' compaction), its undo, and the
-// pair-list helpers (shift_idx, locate). The host table does the add and the
-// compaction in one read; here they are two kernels over the bucket (the
-// add inside the single-pass compaction, one kernel for both, measured
-// slower on an H200: 384 against 357 us at 33.6M floats, 1285 against 1127
-// at 134M), with one read back of both counts in between.
+// pair-list helpers (shift_idx, locate). With a list to read
+// (accumulate_kth) the add is the compaction's load, one kernel reading the
+// accumulator once as the host table does; the plain fused pass
+// (accumulate_select) adds and counts first, so that the compaction knows
+// its count, with one read back of both counts in between.
 #include <cub/block/block_reduce.cuh>
 
 #include "ops_cuda_internal.cuh"
@@ -13,10 +13,6 @@ namespace pgs_cuda {
 namespace {
 
 using BlockReduceU64 = cub::BlockReduce<unsigned long long, kThreads>;
-
-__device__ __forceinline__ bool finite_bits(float v) {
-  return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u;
-}
 
 // r[i] += g[i] where the sum is finite; counts the rejected sums into
 // out[0] and the entries with r != 0, |r| >= thr afterwards into out[1].
@@ -134,12 +130,9 @@ int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   PGS_CU(cudaMemsetAsync(c->small.ptr, 0,
                          kFusedOutOffset + 2 * sizeof(unsigned long long),
                          c->stream));
-  fused_add_kernel<<<grid_for(c, fused_add_kernel, n, 4), kThreads, 0,
-                     c->stream>>>(r, g, n, thr, &fo->nonfinite);
-  PGS_LAUNCHED();
   const ulonglong2 *total = nullptr;
-  PGS_RETURN_IF(
-      compact_queue(c, r, n, thr, idx, val, cap, c->work.ptr, &total));
+  PGS_RETURN_IF(accumulate_compact_queue(c, r, g, n, thr, idx, val, cap,
+                                         c->work.ptr, &fo->nonfinite, &total));
   PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total,
                                static_cast<char *>(c->work.ptr) + tile_bytes,
                                fo));

@@ -82,13 +82,16 @@ struct FusedOut {
   long long n_gt;  // the list's entries above kth
 };
 
-// The compaction of compact (every tie, no offset) queued without its count:
-// its totals stay on the device at *total. @p scratch holds
-// compact_scratch_bytes(n).
+// The compaction of compact (every tie, no offset) of x += g, queued
+// without its count, in one pass: the add as the fused pass's (a sum that
+// is not finite is rejected, x keeps its old value, and it is counted into
+// *nonfinite), then the selection of the sums. The totals stay on the
+// device at *total. @p scratch holds compact_scratch_bytes(n).
 size_t compact_scratch_bytes(size_t n);
-int compact_queue(Ctx *c, const float *x, size_t n, float thr, int32_t *idx,
-                  float *val, size_t cap, void *scratch,
-                  const ulonglong2 **total);
+int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
+                             float thr, int32_t *idx, float *val, size_t cap,
+                             void *scratch, unsigned long long *nonfinite,
+                             const ulonglong2 **total);
 
 // kth_abs of the list compact_queue wrote (its length read from
 // *total on the device, at most @p cap) queued without a wait; the answer and
@@ -216,6 +219,11 @@ inline bool overlaps(const void *a, size_t na, const void *b, size_t nb) {
 // is the numeric order, which makes the radix select exact.
 __device__ __forceinline__ uint32_t abs_bits(float x) {
   return __float_as_uint(x) & 0x7fffffffu;
+}
+
+// Whether v is finite (neither Inf nor NaN), from its exponent bits.
+__device__ __forceinline__ bool finite_bits(float v) {
+  return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u;
 }
 
 __device__ __forceinline__ unsigned lanemask_lt() {

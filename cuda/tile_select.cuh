@@ -6,10 +6,10 @@
 // each class before it in index order, in one of two forms.
 //
 // One pass (tile_select_once; compact, select_pairs): one block per tile,
-// each warp holding one span of the tile in registers; the tile's "before"
-// counts come from CUB's decoupled look-back over the tiles before it
-// (cub::TilePrefixCallbackOp), so the input is read once, by one kernel
-// after a small one that resets the tile states.
+// each thread holding a run of consecutive elements in registers; the
+// tile's "before" counts come from CUB's decoupled look-back over the tiles
+// before it (cub::TilePrefixCallbackOp), so the input is read once, by one
+// kernel after a small one that resets the tile states.
 //
 // Three passes over spans of 512 elements (span_select; merge_pairs, whose
 // write pass needs a total that a single pass cannot give it):
@@ -32,13 +32,17 @@
 //
 // An Op provides:
 //   using Item = ...;
-//   bool load(unsigned long long v, Item &it) const;  // false: no element v
 //   void flags(const Item &it, bool &f1, bool &f2) const;
 //   void emit(unsigned long long v, const Item &it, bool f1, bool f2,
 //             unsigned long long before1, unsigned long long before2) const;
 //   static constexpr bool kFlaggedOnly;  // emit writes nothing unflagged
-// (the write kernel then calls it for flagged elements only)
-// where v is the element's position in [0, ntiles * kTile).
+// (the write calls it for flagged elements only), where v is the element's
+// position in [0, ntiles * kTile); and for its form
+//   bool load(unsigned long long v, Item &it) const;  // spans; false: no v
+//   void load_run(unsigned long long v0, Item (&it)[kRun]) const;
+//   Item reload(unsigned long long v) const;
+//     // one pass: elements v0.. (past the end an item that no flag takes),
+//     // and a flagged element again for its emit
 #ifndef PG_SPARSE_CUDA_TILE_SELECT_CUH
 #define PG_SPARSE_CUDA_TILE_SELECT_CUH
 
@@ -52,10 +56,18 @@ namespace pgs_cuda {
 
 constexpr int kTileRows = 16;
 constexpr int kTileWarps = kThreads / 32;
-constexpr unsigned long long kTile =
-    static_cast<unsigned long long>(kThreads) * kTileRows;
 constexpr int kWarpSpan = 32 * kTileRows;
 constexpr int kScanThreads = 512;
+
+// The one pass: a thread's run of consecutive elements (one bit each in a
+// 32-bit mask), and a block's tile. Measured on an H200 (compaction of 100M
+// floats at density 0.01): runs of 16 in blocks of 256 threads 187-191 us;
+// runs of 32 in 512 threads 199, runs of 8 in 512 400, runs of 16 in 512
+// or 1024 threads 228-251.
+constexpr int kRun = 16;
+constexpr int kOnceThreads = kThreads;
+constexpr unsigned long long kTile =
+    static_cast<unsigned long long>(kOnceThreads) * kRun;
 
 inline unsigned long long tiles_for(unsigned long long n) {
   return (n + kTile - 1) / kTile;
@@ -218,66 +230,65 @@ __device__ __forceinline__ ulonglong2 unpack_counts(unsigned long long w) {
 
 __global__ void tile_state_init_kernel(TileState state, int ntiles);
 
-// Warp 0 of a tile's block: turns the warps' packed counts into exclusive
-// prefixes within the tile (in place), takes the tile's prefix from the
-// tiles before it (look-back; the first tile has none) and leaves it in
-// *tile_before; the last tile also writes the totals.
-__device__ __forceinline__ void tile_prefix(
-    TileState &state, TilePrefix::TempStorage &tmp, int tile, bool last,
-    unsigned long long (&warp_counts)[kTileWarps],
-    unsigned long long *tile_before, ulonglong2 *total) {
-  const int lane = threadIdx.x;
-  const unsigned long long own = lane < kTileWarps ? warp_counts[lane] : 0ull;
-  unsigned long long incl = own;
+// One block per tile, thread t holding the run of kRun consecutive
+// elements tile * kTile + t * kRun + r (the blocked arrangement, as
+// CUB's own select): its flags are two bit masks, so the "before" counts of
+// a flagged element are the thread's exclusive prefix (one block scan of
+// packed counts, with the look-back as its prefix) plus a popcount of the
+// mask below it. Each element costs a compare and a bit: the striped form
+// (warp w holding span w, two ballots and popcounts per row in the count
+// and again in the write) was compute-bound on an H200, 344 us for 100M
+// floats (Nsight Compute: SM 80.8%, DRAM 22.2%).
+template <class Op>
+__global__ void __launch_bounds__(kOnceThreads)
+    tile_once_kernel(Op op, TileState state, int ntiles, ulonglong2 *total) {
+  static_assert(Op::kFlaggedOnly, "the one pass emits flagged elements only");
+  using BlockScan = cub::BlockScan<unsigned long long, kOnceThreads>;
+  __shared__ struct {
+    typename BlockScan::TempStorage scan;
+    TilePrefix::TempStorage prefix;
+  } tmp;
+  const int tile = static_cast<int>(blockIdx.x);
+  const unsigned long long v0 =
+      static_cast<unsigned long long>(tile) * kTile + threadIdx.x * kRun;
+  typename Op::Item it[kRun];
+  op.load_run(v0, it);
+  unsigned m1 = 0, m2 = 0;  // bit r: element v0 + r is flagged
 #pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const unsigned long long t = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += t;
+  for (int r = 0; r < kRun; ++r) {
+    bool f1 = false, f2 = false;
+    op.flags(it[r], f1, f2);
+    m1 |= static_cast<unsigned>(f1) << r;
+    m2 |= static_cast<unsigned>(f2) << r;
   }
-  const unsigned long long agg = __shfl_sync(0xffffffffu, incl, 31);
-  if (lane < kTileWarps) warp_counts[lane] = incl - own;
+  const unsigned long long own = pack_counts(__popc(m1), __popc(m2));
   unsigned long long before = 0;
   if (tile == 0) {
-    if (lane == 0) state.SetInclusive(0, agg);
+    unsigned long long agg = 0;
+    BlockScan(tmp.scan).ExclusiveSum(own, before, agg);
+    if (threadIdx.x == 0) state.SetInclusive(0, agg);
   } else {
-    TilePrefix prefix(state, tmp, ::cuda::std::plus<>{}, tile);
-    before = prefix(agg);  // valid in lane 0
+    TilePrefix prefix(state, tmp.prefix, ::cuda::std::plus<>{}, tile);
+    BlockScan(tmp.scan).ExclusiveScan(own, before, ::cuda::std::plus<>{},
+                                      prefix);
   }
-  if (lane == 0) {
-    *tile_before = before;
-    if (last) *total = unpack_counts(before + agg);
+  if (tile == ntiles - 1 && threadIdx.x == kOnceThreads - 1)
+    *total = unpack_counts(before + own);
+  // The few flagged elements, one at a time, lowest first, each read again
+  // (from cache): with the items held through the scan and the run unrolled
+  // a thread took 64-80 registers, with this loop 40, so six tiles are in
+  // flight per multiprocessor, not three or four (100M floats on an H200:
+  // 187-191 us; unrolled, read again 258-262; unrolled, held 286).
+  const unsigned any = m1 | m2;
+  if (any == 0) return;
+  const ulonglong2 b = unpack_counts(before);
+  for (unsigned left = any; left != 0; left &= left - 1) {
+    const int r = __ffs(static_cast<int>(left)) - 1;
+    const unsigned below = (1u << r) - 1u;
+    op.emit(v0 + r, op.reload(v0 + r), ((m1 >> r) & 1u) != 0,
+            ((m2 >> r) & 1u) != 0, b.x + __popc(m1 & below),
+            b.y + __popc(m2 & below));
   }
-}
-
-// One block per tile, warp w holding span w: count, look back, emit. The
-// tile is the three-pass form's (kTileWarps spans; larger ones measured
-// slower on an H200, compaction of 100M floats: 8 warps 384 us, 16 warps
-// 425 us, 32 warps 530 us; the three passes took 428 us).
-template <class Op>
-__global__ void __launch_bounds__(kThreads)
-    tile_once_kernel(Op op, TileState state, int ntiles, ulonglong2 *total) {
-  __shared__ TilePrefix::TempStorage prefix_tmp;
-  __shared__ unsigned long long warp_counts[kTileWarps];
-  __shared__ unsigned long long tile_before;
-  const int tile = static_cast<int>(blockIdx.x);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  typename Op::Item it[kTileRows];
-  bool ok[kTileRows];
-  const unsigned long long base = load_span(
-      op, static_cast<unsigned long long>(tile) * kTileWarps + warp, it, ok);
-  unsigned c1 = 0, c2 = 0;
-  count_span(op, it, ok, c1, c2);
-  c1 = __reduce_add_sync(0xffffffffu, c1);
-  c2 = __reduce_add_sync(0xffffffffu, c2);
-  if ((threadIdx.x & 31) == 0) warp_counts[warp] = pack_counts(c1, c2);
-  __syncthreads();
-  if (warp == 0)
-    tile_prefix(state, prefix_tmp, tile, tile == ntiles - 1, warp_counts,
-                &tile_before, total);
-  __syncthreads();
-  const ulonglong2 b = unpack_counts(tile_before + warp_counts[warp]);
-  unsigned long long b1 = b.x, b2 = b.y;
-  emit_rows(op, base, it, ok, b1, b2);
 }
 
 // Scratch of one single-pass selection: the tile states and the totals.
@@ -304,7 +315,8 @@ int tile_select_once(Ctx *c, unsigned long long ntiles, const Op &op,
   tile_state_init_kernel<<<(nt + kThreads - 1) / kThreads, kThreads, 0,
                            c->stream>>>(state, nt);
   PGS_LAUNCHED();
-  tile_once_kernel<Op><<<nt, kThreads, 0, c->stream>>>(op, state, nt, s.total);
+  tile_once_kernel<Op>
+      <<<nt, kOnceThreads, 0, c->stream>>>(op, state, nt, s.total);
   PGS_LAUNCHED();
   return PGS_OK;
 }

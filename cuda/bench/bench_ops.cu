@@ -16,7 +16,8 @@
 //      SIDCo exponential guesses (mean_std), of one SIDCo stage
 //      (abs_stats), DGC's 1% sample (gather + kth_abs of the sample), then
 //      the count at a threshold and the compaction that every guessed
-//      selection adds, and the exact radix select, each also in reads of
+//      selection adds (also with its count planned, and with nothing
+//      selected), and the exact radix select, each also in reads of
 //      the input (4n bytes at the device-to-device copy's bandwidth);
 //  (d) merge_pairs of two sorted lists (Ok-Topk's reduction, gTop-k's
 //      tree) at the list sizes of a 27.5M bucket at density 0.01.
@@ -28,6 +29,7 @@
 #include <pg_sparse/ops_cuda.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -196,7 +198,23 @@ void estimator_costs_at(pgs_ops_t *ops, cudaStream_t s, int runs, size_t n) {
                    CHECK_PGS(ops->compact(ops, x, n, thr, -1, 0, idx, val,
                                           2 * k, &got));
                  })},
+      // The same with its count planned (as the algorithms call it): no
+      // read back, the count checked on the device.
+      {"  the same, count planned (no wait)",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(ops->compact(ops, x, n, thr, -1, 0, idx, val,
+                                          static_cast<size_t>(got), nullptr));
+                 })},
+      // Nothing selected: the load, the flags and the scans alone.
+      {"  the same, nothing above thr",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(ops->compact(ops, x, n, INFINITY, -1, 0, idx, val,
+                                          0, nullptr));
+                 })},
   };
+  CHECK_PGS(ops->check(ops));
   std::printf("n = %zu: one read of x (4n bytes at the copy's rate) %.1f us\n",
               n, t_read * 1e3);
   for (const Row &r : rows)

@@ -109,6 +109,49 @@ TEST_F(CudaFused, AccumulateKthMatchesHostInOneWait) {
   }
 }
 
+// accumulate_kth with the accumulator and the gradient at any offset from
+// 16-byte alignment: the pass loads whole vectors only where both are
+// aligned, one word at a time elsewhere.
+TEST_F(CudaFused, AccumulateKthUnalignedMatchesHost) {
+  for (size_t n : {size_t{1000}, size_t{2 * 4096 + 33}, size_t{65537}}) {
+    const std::vector<float> r0 = normal(n, 17 + n);
+    const std::vector<float> g = with_bad(n, 19 + n);
+    for (auto [ro, go] : {std::pair<size_t, size_t>{1, 0}, {0, 3}, {2, 2}}) {
+      const float thr = 1.5f;
+      const size_t cap = n, k = n / 50 + 1;
+      std::vector<float> rh = r0;
+      std::vector<int32_t> ih(cap);
+      std::vector<float> vh(cap);
+      pgs_fused_t want{}, got{};
+      ASSERT_EQ(cpu()->accumulate_kth(cpu(), rh.data(), g.data(), n, thr,
+                                      ih.data(), vh.data(), cap, k, &want),
+                PGS_OK);
+      Dev<float> r(n + ro), gd(n + go);
+      r.put(r0, ro);
+      gd.put(g, go);
+      Dev<int32_t> idx(cap);
+      Dev<float> val(cap);
+      ASSERT_EQ(gpu()->accumulate_kth(gpu(), r.get() + ro, gd.get() + go, n,
+                                      thr, idx.get(), val.get(), cap, k, &got),
+                PGS_OK);
+      const std::string at = "n " + std::to_string(n) + " offsets " +
+                             std::to_string(ro) + "," + std::to_string(go);
+      EXPECT_TRUE(same(r.host(ro, n), rh)) << at;
+      EXPECT_EQ(got.count, want.count) << at;
+      EXPECT_EQ(got.nonfinite, want.nonfinite) << at;
+      EXPECT_GT(got.nonfinite, 0) << at;
+      EXPECT_EQ(bits_of(got.kth), bits_of(want.kth)) << at;
+      EXPECT_EQ(got.n_gt, want.n_gt) << at;
+      const size_t mm = static_cast<size_t>(want.count);
+      ASSERT_GT(mm, k) << at;
+      ih.resize(mm);
+      vh.resize(mm);
+      EXPECT_TRUE(same(idx.host(0, mm), ih)) << at;
+      EXPECT_TRUE(same(val.host(0, mm), vh)) << at;
+    }
+  }
+}
+
 TEST_F(CudaFused, ShiftLocateAndSyncCount) {
   std::vector<int32_t> idx = sorted_subset(20000, 1 << 24, 41);
   const std::vector<int64_t> keys = {0, 5, 1 << 20, 1 << 23, 1 << 24};

@@ -306,15 +306,19 @@ TEST_F(CudaSelect, CompactBadArguments) {
 
 // ---- select_pairs ---------------------------------------------------------
 
+// off: the input starts that many words into its device buffers (the
+// split selects from runs at any offset), for the copy into a new output.
 void check_select_pairs(const std::vector<int32_t> &idx,
                         const std::vector<float> &val, float thr, int64_t quota,
-                        size_t cap, bool in_place) {
+                        size_t cap, bool in_place, size_t off = 0) {
   const size_t m = idx.size();
   std::vector<int32_t> hi = idx;
   std::vector<float> hv = val;
   int64_t c_gpu = -1, c_cpu = -2;
-  Dev<int32_t> di(idx);
-  Dev<float> dv(val);
+  Dev<int32_t> di(m + off);
+  Dev<float> dv(m + off);
+  di.put(idx, off);
+  dv.put(val, off);
   int st_gpu, st_cpu;
   if (in_place) {
     st_gpu = gpu()->select_pairs(gpu(), di.get(), dv.get(), m, thr, quota,
@@ -331,8 +335,8 @@ void check_select_pairs(const std::vector<int32_t> &idx,
   Dev<float> ov(std::vector<float>(cap + 2, -7.0f));
   std::vector<int32_t> hoi(cap + 2, -7);
   std::vector<float> hov(cap + 2, -7.0f);
-  st_gpu = gpu()->select_pairs(gpu(), di.get(), dv.get(), m, thr, quota,
-                               oi.get(), ov.get(), cap, &c_gpu);
+  st_gpu = gpu()->select_pairs(gpu(), di.get() + off, dv.get() + off, m, thr,
+                               quota, oi.get(), ov.get(), cap, &c_gpu);
   st_cpu = cpu()->select_pairs(cpu(), idx.data(), val.data(), m, thr, quota,
                                hoi.data(), hov.data(), cap, &c_cpu);
   ASSERT_EQ(st_gpu, st_cpu);
@@ -352,6 +356,8 @@ TEST_F(CudaSelect, SelectPairsMatchesCpuAndFiltersInPlace) {
         check_select_pairs(idx, val, thr, quota, idx.size(), true);
         check_select_pairs(idx, val, thr, quota, idx.size() / 3, false);
         check_select_pairs(idx, val, thr, quota, idx.size() / 3, true);
+        check_select_pairs(idx, val, thr, quota, idx.size(), false, 1);
+        check_select_pairs(idx, val, thr, quota, idx.size() / 3, false, 3);
       }
     }
   }
