@@ -135,6 +135,67 @@ TEST(OpsCpuElementwise, AbsStatsOfTheTailAboveThr) {
             PGS_ERR_INVALID);
 }
 
+// The lanes' sums against one scalar loop over every magnitude a float
+// has: denormals (the log's split scales them), tiny and huge values, a
+// zero taken by a negative threshold (ln 0 = -Inf), Inf (ln Inf = Inf), and
+// lengths around the 128-entry blocks.
+TEST(OpsCpuElementwise, AbsStatsAcrossMagnitudes) {
+  auto oracle = [](const std::vector<float> &x, float thr, double out[5]) {
+    double c = 0, s = 0, s2 = 0, sl = 0, lo = 0;
+    for (float v : x) {
+      const double a = std::fabs(static_cast<double>(v));
+      if (!(a > thr)) continue;
+      lo = c == 0 ? a : std::min(lo, a);
+      c += 1;
+      s += a;
+      s2 += a * a;
+      sl += std::log(a);
+    }
+    out[0] = c, out[1] = s, out[2] = s2, out[3] = sl, out[4] = lo;
+  };
+  for (size_t n :
+       {size_t{1}, size_t{127}, size_t{128}, size_t{129}, size_t{4099}}) {
+    std::vector<float> x = normal(n, 90 + n);
+    for (size_t i = 0; i < n; ++i)
+      x[i] *= i % 4 == 0 ? 1e-39f
+                         : (i % 4 == 1 ? 1e-30f : (i % 4 == 2 ? 1e30f : 1.0f));
+    for (float thr : {0.0f, 1e-41f, 1.0f}) {
+      double got[5], want[5];
+      ASSERT_EQ(ops()->abs_stats(ops(), x.data(), n, thr, got), PGS_OK);
+      oracle(x, thr, want);
+      EXPECT_EQ(got[0], want[0]) << n << " " << thr;
+      for (int j = 1; j < 4; ++j)
+        EXPECT_NEAR(got[j], want[j], 1e-9 * (1 + std::fabs(want[j])))
+            << n << " " << thr << " " << j;
+      EXPECT_EQ(got[4], want[4]) << n << " " << thr;
+    }
+  }
+  std::vector<float> x = normal(300, 95);
+  x[5] = 0.0f;
+  double got[5];
+  ASSERT_EQ(ops()->abs_stats(ops(), x.data(), x.size(), -1.0f, got), PGS_OK);
+  EXPECT_EQ(got[0], 300.0);
+  EXPECT_EQ(got[3], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(got[4], 0.0);
+  x[5] = -std::numeric_limits<float>::infinity();
+  ASSERT_EQ(ops()->abs_stats(ops(), x.data(), x.size(), 0.5f, got), PGS_OK);
+  EXPECT_EQ(got[3], std::numeric_limits<double>::infinity());
+  EXPECT_EQ(got[1], std::numeric_limits<double>::infinity());
+}
+
+// Past the 2^20-entry blocks of the lane counts, and in the scalar tail.
+TEST(OpsCpuElementwise, CountNonfiniteAcrossBlocks) {
+  const size_t n = (size_t{1} << 21) + 37;
+  std::vector<float> x(n, 1.0f);
+  const size_t at[] = {0,      15,   16, (size_t{1} << 20) - 1, size_t{1} << 20,
+                       n - 37, n - 1};
+  for (size_t i : at) x[i] = std::numeric_limits<float>::quiet_NaN();
+  x[12345] = std::numeric_limits<float>::infinity();
+  int64_t c = -1;
+  ASSERT_EQ(ops()->count_nonfinite(ops(), x.data(), n, &c), PGS_OK);
+  EXPECT_EQ(c, 8);
+}
+
 TEST(OpsCpuElementwise, CountNonfiniteSeesNanAndInf) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();

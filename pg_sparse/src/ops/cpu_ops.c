@@ -93,26 +93,23 @@ static int cpu_mul(const pgs_ops_t *ops, float *x, const float *f, size_t n) {
   return PGS_OK;
 }
 
-static int cpu_abs_stats(const pgs_ops_t *ops, const float *x, size_t n,
-                         float thr, double out[5]) {
-  (void)ops;
-  if (out == NULL || (x == NULL && n > 0)) return PGS_ERR_INVALID;
-  double c = 0.0, s = 0.0, s2 = 0.0, sl = 0.0, lo = INFINITY;
-  for (size_t i = 0; i < n; ++i) {
-    const double a = fabs((double)x[i]);
-    if (!(a > (double)thr)) continue;
-    c += 1.0;
-    s += a;
-    s2 += a * a;
-    sl += log(a);
-    if (a < lo) lo = a;
-  }
-  out[0] = c;
-  out[1] = s;
-  out[2] = s2;
-  out[3] = sl;
-  out[4] = c > 0.0 ? lo : 0.0;
-  return PGS_OK;
+/* Entries whose exponent bits are all ones (Inf, NaN), in 32-bit lanes
+ * summed per block, which the compiler vectorises (the same test one entry
+ * at a time into one int64 took 17.6 ms at 26.2M on the 2-core VM, this
+ * 4.3). */
+enum { NF_LANES = 16, NF_BLOCK = 1 << 20 };
+
+PGS_CPU_CLONES
+static int64_t nonfinite_block(const float *x, size_t n) {
+  uint32_t lane[NF_LANES] = {0};
+  size_t i = 0;
+  for (; i + NF_LANES <= n; i += NF_LANES)
+    for (int j = 0; j < NF_LANES; ++j)
+      lane[j] += (pgs_cpu_abs_bits(x[i + j]) >= 0x7f800000u);
+  int64_t c = 0;
+  for (int j = 0; j < NF_LANES; ++j) c += lane[j];
+  for (; i < n; ++i) c += !pgs_cpu_finite(x[i]);
+  return c;
 }
 
 static int cpu_count_nonfinite(const pgs_ops_t *ops, const float *x, size_t n,
@@ -120,32 +117,10 @@ static int cpu_count_nonfinite(const pgs_ops_t *ops, const float *x, size_t n,
   (void)ops;
   if (count == NULL || (x == NULL && n > 0)) return PGS_ERR_INVALID;
   int64_t c = 0;
-  for (size_t i = 0; i < n; ++i) c += !pgs_cpu_finite(x[i]);
+  /* Blocks of 2^20 keep every 32-bit lane below 2^16. */
+  for (size_t i = 0; i < n; i += NF_BLOCK)
+    c += nonfinite_block(x + i, n - i < NF_BLOCK ? n - i : NF_BLOCK);
   *count = c;
-  return PGS_OK;
-}
-
-static int cpu_mean_std(const pgs_ops_t *ops, const float *x, size_t n,
-                        double *mean, double *std) {
-  (void)ops;
-  if (mean == NULL || std == NULL || (x == NULL && n > 0))
-    return PGS_ERR_INVALID;
-  if (n == 0) {
-    *mean = 0.0;
-    *std = 0.0;
-    return PGS_OK;
-  }
-  /* Two passes in double: the centred sum of squares does not cancel the
-   * way E[x^2] - E[x]^2 does for data with a large mean. */
-  double s = 0.0;
-  for (size_t i = 0; i < n; ++i) s += x[i];
-  double mu = s / (double)n, ss = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    double d = (double)x[i] - mu;
-    ss += d * d;
-  }
-  *mean = mu;
-  *std = sqrt(ss / (double)n);
   return PGS_OK;
 }
 
@@ -298,9 +273,9 @@ static const pgs_ops_t cpu_ops = {
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,
     .mul = cpu_mul,
-    .abs_stats = cpu_abs_stats,
+    .abs_stats = pgs_cpu_abs_stats,
     .count_nonfinite = cpu_count_nonfinite,
-    .mean_std = cpu_mean_std,
+    .mean_std = pgs_cpu_mean_std,
     .count_regions = pgs_cpu_count_regions,
     .kth_abs = pgs_cpu_kth_abs,
     .hist_abs = pgs_cpu_hist_abs,
