@@ -426,11 +426,12 @@ size_t compact_scratch_bytes(size_t n) {
 int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
                              float thr, int32_t *idx, float *val, size_t cap,
                              void *scratch, unsigned long long *nonfinite,
-                             const ulonglong2 **total) {
+                             ulonglong2 *total_at, const ulonglong2 **total) {
   const unsigned long long ntiles = tiles_for(n);
   Carve cv(scratch);
   OnceScratch os;
   os.carve(cv, ntiles);
+  if (total_at != nullptr) os.total = total_at;
   AccumulateOp op;
   static_cast<CompactOp &>(op) = CompactOp{
       x,   n,  aligned16(x) && aligned16(g), make_selector(thr, -1), 0u, idx,

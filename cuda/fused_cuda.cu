@@ -1,10 +1,10 @@
 // The fused pass of a call on the device (accumulate with the non-finite and
-// threshold counts, then the candidates' compaction), its undo, and the
-// pair-list helpers (shift_idx, locate). With a list to read
-// (accumulate_kth) the add is the compaction's load, one kernel reading the
-// accumulator once as the host table does; the plain fused pass
-// (accumulate_select) adds and counts first, so that the compaction knows
-// its count, with one read back of both counts in between.
+// threshold counts, and the list of |r| >= thr), its undo, and the
+// pair-list helpers (shift_idx, locate). With a list to write
+// (accumulate_kth, accumulate_select with room) the add is the compaction's
+// load: one kernel reads the accumulator once, as the host table does, and
+// one read back brings the counts. Without one (+Inf or no room: the add
+// alone) a plain streaming kernel adds and counts.
 #include <cub/block/block_reduce.cuh>
 
 #include "ops_cuda_internal.cuh"
@@ -72,6 +72,29 @@ __global__ void locate_kernel(const int32_t *__restrict__ idx, size_t m,
   pos[j] = static_cast<long long>(lo);
 }
 
+// accumulate_select with a list to write: the add is the compaction's load,
+// one pass (the first cap entries listed), and one read back of the
+// non-finite count beside the totals, laid out in c->small as
+// [nonfinite, pad, total.x, total.y] (the totals 16-byte aligned).
+int select_once(Ctx *c, float *r, const float *g, size_t n, float thr,
+                int32_t *idx, float *val, size_t cap, int64_t *count_host,
+                int64_t *nonfinite_host) {
+  PGS_RETURN_IF(ensure_device(&c->small, 4 * sizeof(unsigned long long)));
+  PGS_RETURN_IF(ensure_device(&c->work, compact_scratch_bytes(n)));
+  auto *small = static_cast<unsigned long long *>(c->small.ptr);
+  PGS_CU(cudaMemsetAsync(small, 0, sizeof *small, c->stream));
+  const ulonglong2 *total = nullptr;
+  PGS_RETURN_IF(accumulate_compact_queue(
+      c, r, g, n, thr, idx, val, cap, c->work.ptr, small,
+      reinterpret_cast<ulonglong2 *>(small + 2), &total));
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, small, 4 * sizeof *small, &host));
+  const auto *h = static_cast<const unsigned long long *>(host);
+  *nonfinite_host = static_cast<int64_t>(h[0]);
+  *count_host = static_cast<int64_t>(h[2] + h[3]);
+  return PGS_OK;
+}
+
 }  // namespace
 
 int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
@@ -86,6 +109,9 @@ int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   *nonfinite_host = 0;
   if (n == 0) return PGS_OK;
   PGS_ENTER(ops, c);
+  if (cap > 0 && thr < INFINITY)
+    return select_once(c, r, g, n, thr, idx, val, cap, count_host,
+                       nonfinite_host);
   auto *counts = static_cast<unsigned long long *>(c->small.ptr);
   PGS_CU(cudaMemsetAsync(counts, 0, 2 * sizeof *counts, c->stream));
   fused_add_kernel<<<grid_for(c, fused_add_kernel, n, 4), kThreads, 0,
@@ -96,12 +122,7 @@ int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   const auto *h = static_cast<const unsigned long long *>(host);
   *nonfinite_host = static_cast<int64_t>(h[0]);
   *count_host = static_cast<int64_t>(h[1]);
-  // A list that cannot fit is not written: the caller falls back anyway.
-  if (*count_host == 0 || static_cast<size_t>(*count_host) > cap) return PGS_OK;
-  // The count is known: the compaction's own is checked on the device, and
-  // this call waits for the device once.
-  return compact(ops, r, n, thr, -1, 0, idx, val,
-                 static_cast<size_t>(*count_host), nullptr);
+  return PGS_OK;  // nothing to list (cap 0 or thr +Inf)
 }
 
 int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
@@ -132,7 +153,8 @@ int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                          c->stream));
   const ulonglong2 *total = nullptr;
   PGS_RETURN_IF(accumulate_compact_queue(c, r, g, n, thr, idx, val, cap,
-                                         c->work.ptr, &fo->nonfinite, &total));
+                                         c->work.ptr, &fo->nonfinite, nullptr,
+                                         &total));
   PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total,
                                static_cast<char *>(c->work.ptr) + tile_bytes,
                                fo));

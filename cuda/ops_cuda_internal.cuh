@@ -86,12 +86,13 @@ struct FusedOut {
 // without its count, in one pass: the add as the fused pass's (a sum that
 // is not finite is rejected, x keeps its old value, and it is counted into
 // *nonfinite), then the selection of the sums. The totals stay on the
-// device at *total. @p scratch holds compact_scratch_bytes(n).
+// device at *total: @p total_at, or in the scratch where it is null.
+// @p scratch holds compact_scratch_bytes(n).
 size_t compact_scratch_bytes(size_t n);
 int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
                              float thr, int32_t *idx, float *val, size_t cap,
                              void *scratch, unsigned long long *nonfinite,
-                             const ulonglong2 **total);
+                             ulonglong2 *total_at, const ulonglong2 **total);
 
 // kth_abs of the list compact_queue wrote (its length read from
 // *total on the device, at most @p cap) queued without a wait; the answer and

@@ -844,8 +844,9 @@ TEST_P(TransportTest, GaussiankSelectionMatchesBruteForce) {
   on_every_rank([&] {
     const size_t n = 100000;
     int landed = 0, corrected = 0;
-    for (pgs_estimator_t est : {PGS_EST_DEFAULT, PGS_EST_SIDCO_EXP,
-                                PGS_EST_DGC_SAMPLE, PGS_EST_EXACT}) {
+    for (pgs_estimator_t est :
+         {PGS_EST_DEFAULT, PGS_EST_SIDCO_EXP, PGS_EST_DGC_SAMPLE, PGS_EST_REUSE,
+          PGS_EST_EXACT}) {
       pgs_config_t cfg = make_config(PGS_ALGO_GAUSSIANK, 0.01, 0);
       cfg.estimator = est;
       Runner run(GetParam(), cfg, n);

@@ -248,8 +248,25 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
  *  and the rest is as pgs_banded_threshold. (Only after a landed guess: a
  *  missed one compacts up to 2k pairs of a count far from k, which costs
  *  more than the count alone.) */
+typedef struct pgs_first_guess {
+  float thr;     /* the guess */
+  int64_t count; /* entries of x at or above it, the first 2k listed */
+} pgs_first_guess_t;
+/*  @p first, when not NULL: the first guess was made before this call's
+ *  accumulate and the accumulate's own pass listed it into idx and val (room
+ *  for 2k) and counted it; the corrections go on from there. */
 int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
-                      float *thr, int64_t *gt, int64_t *eq, int64_t *m);
+                      const pgs_first_guess_t *first, float *thr, int64_t *gt,
+                      int64_t *eq, int64_t *m);
+
+/** Whether this call's first guess can be made before its accumulate (after
+ *  a guess that landed, as pgs_banded_select selects at it): reuse's is the
+ *  last threshold, DGC's sample takes r + g at its indices. Then the
+ *  accumulate lists the entries at the guess in its own pass, and the
+ *  selection reads no more of the bucket where the guess lands again. */
+int pgs_guess_precedes_add(const pgs_bucket_t *b);
+/** That guess, for the gradient @p grad not yet added to the residual. */
+int pgs_guess_before_add(pgs_bucket_t *b, const float *grad, float *thr);
 
 /** Monotonic clock in seconds. */
 double pgs_now(void);

@@ -45,8 +45,9 @@ static size_t sample_size(size_t n) {
 static int make_sample(pgs_bucket_t *b) {
   const size_t m = sample_size(b->n);
   int st = pgs_buf_reserve(b->ops, &b->est_idx, m * sizeof(int32_t));
+  /* Room for the sample of x and, for a sample of a sum, of the addend. */
   if (st == PGS_OK)
-    st = pgs_buf_reserve(b->ops, &b->est_val, m * sizeof(float));
+    st = pgs_buf_reserve(b->ops, &b->est_val, 2 * m * sizeof(float));
   if (st != PGS_OK) return st;
   int32_t host[256];
   uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)b->n;
@@ -66,13 +67,21 @@ static int make_sample(pgs_bucket_t *b) {
   return st;
 }
 
-/* The same quantile of |x| on the sample: its ceil(density * m)-th value. */
-static int sample_threshold(pgs_bucket_t *b, const float *x, float *thr) {
+/* The same quantile of |x| (of |x + add| where @p add is not NULL: the
+ * sum taken at the sample's indices only) on the sample: its
+ * ceil(density * m)-th value. */
+static int sample_threshold(pgs_bucket_t *b, const float *x, const float *add,
+                            float *thr) {
   int st = b->est_m ? PGS_OK : make_sample(b);
   if (st != PGS_OK) return st;
   const size_t m = b->est_m;
-  st = b->ops->gather(b->ops, x, b->n, (const int32_t *)b->est_idx.ptr, m,
-                      (float *)b->est_val.ptr);
+  float *val = b->est_val.ptr;
+  const int32_t *at = b->est_idx.ptr;
+  st = b->ops->gather(b->ops, x, b->n, at, m, val);
+  if (st == PGS_OK && add != NULL)
+    st = b->ops->gather(b->ops, add, b->n, at, m, val + m);
+  if (st == PGS_OK && add != NULL)
+    st = b->ops->accumulate(b->ops, val, val + m, m, INFINITY, NULL);
   if (st != PGS_OK) return st;
   size_t ks = (size_t)ceil((double)b->k / (double)b->n * (double)m);
   if (ks < 1) ks = 1;
@@ -85,7 +94,7 @@ static int sample_threshold(pgs_bucket_t *b, const float *x, float *thr) {
 int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   const double d = (double)b->k / (double)b->n;
   switch (b->cfg.estimator) {
-    case PGS_EST_DGC_SAMPLE: return sample_threshold(b, x, thr);
+    case PGS_EST_DGC_SAMPLE: return sample_threshold(b, x, NULL, thr);
     case PGS_EST_REUSE: *thr = b->est_last_thr; return PGS_OK;
     case PGS_EST_SIDCO_GP:
     case PGS_EST_SIDCO_GAMMA:
@@ -131,23 +140,49 @@ static int select_at(pgs_bucket_t *b, const float *x, float thr, int32_t *idx,
   return st == PGS_ERR_OVERFLOW ? PGS_OK : st; /* more than 2k: a miss */
 }
 
+/* With the exact estimator, at k = n (where the exact threshold keeps
+ * every entry, as density 1 must), and for reuse before any threshold,
+ * straight to the exact select. */
+static int goes_exact(const pgs_bucket_t *b) {
+  return b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n ||
+         (b->cfg.estimator == PGS_EST_REUSE && !(b->est_last_thr > 0.0f));
+}
+
+int pgs_guess_precedes_add(const pgs_bucket_t *b) {
+  if (!b->est_landed || goes_exact(b)) return 0;
+  return b->cfg.estimator == PGS_EST_REUSE ||
+         b->cfg.estimator == PGS_EST_DGC_SAMPLE;
+}
+
+int pgs_guess_before_add(pgs_bucket_t *b, const float *grad, float *thr) {
+  if (b->cfg.estimator == PGS_EST_REUSE) {
+    *thr = b->est_last_thr;
+    return PGS_OK;
+  }
+  return sample_threshold(b, b->resid, grad, thr);
+}
+
 int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
-                      float *thr_out, int64_t *gt, int64_t *eq, int64_t *m) {
-  /* With the exact estimator, at k = n (where the exact threshold keeps
-   * every entry, as density 1 must), and for reuse before any threshold,
-   * straight to the select below. */
-  const int exact =
-      b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n ||
-      (b->cfg.estimator == PGS_EST_REUSE && !(b->est_last_thr > 0.0f));
+                      const pgs_first_guess_t *first, float *thr_out,
+                      int64_t *gt, int64_t *eq, int64_t *m) {
+  const int exact = goes_exact(b);
   float thr = 0.0f;
   *m = -1;
-  int st = exact ? PGS_OK : pgs_estimate_threshold(b, x, &thr);
+  int st = PGS_OK;
+  if (first != NULL)
+    thr = first->thr;
+  else if (!exact)
+    st = pgs_estimate_threshold(b, x, &thr);
   if (st != PGS_OK) return st;
   const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
-  const int tries = exact ? 0 : EST_CORRECTIONS;
+  const int tries = exact && first == NULL ? 0 : EST_CORRECTIONS;
   for (int i = 0; i < tries; ++i) {
-    const int selecting = i == 0 && idx != NULL && b->est_landed;
-    if (selecting) {
+    const int selecting =
+        i == 0 && idx != NULL && (b->est_landed || first != NULL);
+    if (i == 0 && first != NULL) {
+      *eq = 0; /* selected by the caller's pass, ties with the rest */
+      *gt = first->count;
+    } else if (selecting) {
       *eq = 0;
       st = select_at(b, x, thr, idx, val, gt);
     } else {
@@ -181,5 +216,5 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
 int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,
                          int64_t *gt, int64_t *eq) {
   int64_t m = -1;
-  return pgs_banded_select(b, x, NULL, NULL, thr_out, gt, eq, &m);
+  return pgs_banded_select(b, x, NULL, NULL, NULL, thr_out, gt, eq, &m);
 }

@@ -15,19 +15,26 @@ static int64_t tie_quota(pgs_bucket_t *b, int64_t gt, int64_t eq) {
   return quota;
 }
 
+/* Room for 2k pairs: the selection's block and a guess's values. */
+static int reserve_room(pgs_bucket_t *b) {
+  const size_t room = (size_t)(2 * b->k);
+  int st = pgs_buf_reserve(b->ops, &b->pairs, room * 8);
+  if (st == PGS_OK) st = pgs_buf_reserve(b->ops, &b->guess_val, room * 4);
+  return st;
+}
+
 /* This rank's picks as one block [idx | val] of *m pairs in b->pairs: a
  * threshold whose count of |acc| >= thr lies in [k/2, 2k] (the estimator's
  * guess, corrected, else exact). A first guess inside the band is selected
- * by the pass that counts it; otherwise a planned compaction follows. */
-static int gaussiank_select(pgs_bucket_t *b, float *thr, int64_t *m) {
+ * by the pass that counts it (@p first: the accumulate's own pass);
+ * otherwise a planned compaction follows. */
+static int gaussiank_select(pgs_bucket_t *b, const pgs_first_guess_t *first,
+                            float *thr, int64_t *m) {
   const pgs_ops_t *ops = b->ops;
-  const size_t room = (size_t)(2 * b->k);
-  int st = pgs_buf_reserve(ops, &b->pairs, room * 8);
-  if (st == PGS_OK) st = pgs_buf_reserve(ops, &b->guess_val, room * 4);
-  if (st != PGS_OK) return st;
   int32_t *idx = pgs_block_idx(b->pairs.ptr);
   int64_t gt = 0, eq = 0;
-  st = pgs_banded_select(b, b->resid, idx, b->guess_val.ptr, thr, &gt, &eq, m);
+  int st = pgs_banded_select(b, b->resid, idx, b->guess_val.ptr, first, thr,
+                             &gt, &eq, m);
   if (st != PGS_OK) return st;
   if (*m >= 0) /* the values go behind the *m indices */
     return ops->copy(ops, pgs_block_val(b->pairs.ptr, *m), b->guess_val.ptr,
@@ -39,12 +46,29 @@ static int gaussiank_select(pgs_bucket_t *b, float *thr, int64_t *m) {
                       pgs_block_val(b->pairs.ptr, *m), (size_t)*m, NULL);
 }
 
+/* The accumulate, and where the first guess precedes it, the list of the
+ * entries at the guess in the same pass (one pass over the bucket where
+ * the guess lands: the add and the selection). */
+static int accumulate_guess(pgs_bucket_t *b, const float *grad,
+                            pgs_first_guess_t *first, int *have_first) {
+  *have_first = pgs_guess_precedes_add(b);
+  if (!*have_first) return pgs_accumulate(b, grad);
+  int st = pgs_guess_before_add(b, grad, &first->thr);
+  if (st != PGS_OK) return st;
+  return pgs_accumulate_select(b, grad, first->thr, pgs_block_idx(b->pairs.ptr),
+                               b->guess_val.ptr, (size_t)(2 * b->k),
+                               &first->count);
+}
+
 static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
-  int st = pgs_accumulate(b, grad);
+  pgs_first_guess_t first = {0.0f, 0};
+  int have_first = 0;
+  int st = reserve_room(b);
+  if (st == PGS_OK) st = accumulate_guess(b, grad, &first, &have_first);
   if (st != PGS_OK) return st;
   float thr = 0.0f;
   int64_t m = 0;
-  st = gaussiank_select(b, &thr, &m);
+  st = gaussiank_select(b, have_first ? &first : NULL, &thr, &m);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
   b->stats.local_threshold = thr;
