@@ -232,7 +232,8 @@ int pgs_sidco_multistage(pgs_estimator_t e);
 void pgs_sidco_adapt(pgs_bucket_t *b, int64_t picks);
 
 /** A threshold of x whose count of |x| >= thr (x != 0) lies in [k/2, 2k]:
- *  the estimator's guess, corrected up to four times by a factor 1.5, else
+ *  the estimator's guess, corrected up to four times (a secant in
+ *  log-log space through the misses, estimate.c), else
  *  the exact k-th |x| (directly for PGS_EST_EXACT and k = n). Also the
  *  counts above (*gt) and at (*eq) it; estimate_corrections and
  *  local_recomputed go to the stats (estimate.c). */

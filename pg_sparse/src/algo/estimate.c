@@ -118,11 +118,35 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   }
 }
 
-/* Multiplicative corrections before giving up on the estimate. Gradients are
+/* Corrections before giving up on the estimate. Gradients are
  * heavier-tailed than most models assume, so a guess is often off by a
- * factor; a few steps fix that, and the exact k-th value bounds the worst
- * case. */
+ * factor; a few steps fix that (next_guess), and the exact k-th value
+ * bounds the worst case. */
 enum { EST_CORRECTIONS = 4 };
+
+/* The next guess after one that missed [k/2, 2k] with @p count picks.
+ * The count falls as the threshold rises, about as a power of it in a
+ * tail: with two misses behind, the line through both in log-log space is
+ * solved for k picks (the secant); with one, a step by the square root of
+ * the miss's ratio of picks to k (as if the count fell as the threshold's
+ * square). Steps are held to [1/8, 8]x, and a flat or rising secant falls
+ * back to the plain step. (A fixed step of 1.5x needed all four
+ * corrections and then the exact select on most calls of a residual with
+ * error feedback, whose tail moves between calls.) */
+static float next_guess(int64_t k, float thr, int64_t count, float prev_thr,
+                        int64_t prev_count) {
+  const double ratio = count > 0 ? (double)count / (double)k : 1.0 / 64.0;
+  double step = sqrt(ratio); /* > 1 when there were too many picks */
+  if (prev_count > 0 && count > 0 && prev_count != count && prev_thr > 0.0f &&
+      prev_thr != thr) {
+    const double slope = (log((double)count) - log((double)prev_count)) /
+                         (log((double)thr) - log((double)prev_thr));
+    if (slope < 0.0) step = exp(log(1.0 / ratio) / slope);
+  }
+  if (step > 8.0) step = 8.0;
+  if (step < 0.125) step = 0.125;
+  return (float)((double)thr * step);
+}
 
 /* Entries of x above (*gt) and at (*eq) thr. */
 static int count_at(pgs_bucket_t *b, const float *x, float thr, int64_t *gt,
@@ -176,6 +200,8 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
   if (st != PGS_OK) return st;
   const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
   const int tries = exact && first == NULL ? 0 : EST_CORRECTIONS;
+  float prev_thr = 0.0f;
+  int64_t prev_count = -1;
   for (int i = 0; i < tries; ++i) {
     const int selecting =
         i == 0 && idx != NULL && (b->est_landed || first != NULL);
@@ -201,8 +227,10 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
       if (selecting) *m = count;
       return PGS_OK;
     }
-    /* The count falls as the threshold rises; step by the tail ratio. */
-    thr *= count > hi ? 1.5f : (1.0f / 1.5f);
+    const float next = next_guess(b->k, thr, count, prev_thr, prev_count);
+    prev_thr = thr;
+    prev_count = count;
+    thr = next;
   }
   b->stats.estimate_corrections = tries;
   int64_t n_gt = 0;
