@@ -107,68 +107,62 @@ TEST(OpsCpuElementwise, MulMultipliesEntryByEntry) {
   EXPECT_EQ(ops()->mul(ops(), nullptr, nullptr, 0), PGS_OK);
 }
 
+// abs_stats by one scalar loop in double: the oracle of the lanes' sums.
+void tail_oracle(const std::vector<float> &x, float thr, double out[5]) {
+  double c = 0, s = 0, s2 = 0, sl = 0, lo = 0;
+  for (float v : x) {
+    const double a = std::fabs(static_cast<double>(v));
+    if (!(a > thr)) continue;
+    lo = c == 0 ? a : std::min(lo, a);
+    c += 1;
+    s += a;
+    s2 += a * a;
+    sl += std::log(a);
+  }
+  out[0] = c, out[1] = s, out[2] = s2, out[3] = sl, out[4] = lo;
+}
+
+// abs_stats of x at thr against the oracle: counts and the smallest value
+// exactly, the sums to 1e-9 relative.
+void expect_tail_stats(const std::vector<float> &x, float thr,
+                       const std::string &at) {
+  double got[5], want[5];
+  ASSERT_EQ(ops()->abs_stats(ops(), x.data(), x.size(), thr, got), PGS_OK);
+  tail_oracle(x, thr, want);
+  EXPECT_EQ(got[0], want[0]) << at;
+  for (int j = 1; j < 4; ++j)
+    EXPECT_NEAR(got[j], want[j], 1e-9 * (1 + std::fabs(want[j])))
+        << at << " j " << j;
+  EXPECT_EQ(got[4], want[4]) << at;
+}
+
 TEST(OpsCpuElementwise, AbsStatsOfTheTailAboveThr) {
   std::vector<float> x = normal(5001, 6);
   x[7] = std::numeric_limits<float>::quiet_NaN();  // never counted
-  for (float thr : {0.0f, 1.0f, 2.5f, 100.0f}) {
-    double c = 0, s = 0, s2 = 0, sl = 0, lo = 0;
-    for (float v : x) {
-      const double a = std::fabs(static_cast<double>(v));
-      if (!(a > thr)) continue;
-      lo = c == 0 ? a : std::min(lo, a);
-      c += 1;
-      s += a;
-      s2 += a * a;
-      sl += std::log(a);
-    }
-    double out[5];
-    ASSERT_EQ(ops()->abs_stats(ops(), x.data(), x.size(), thr, out), PGS_OK);
-    EXPECT_EQ(out[0], c) << thr;
-    EXPECT_NEAR(out[1], s, 1e-9 * (1 + s)) << thr;
-    EXPECT_NEAR(out[2], s2, 1e-9 * (1 + s2)) << thr;
-    EXPECT_NEAR(out[3], sl, 1e-9 * (1 + std::fabs(sl))) << thr;
-    EXPECT_EQ(out[4], lo) << thr;
-  }
+  for (float thr : {0.0f, 1.0f, 2.5f, 100.0f})
+    expect_tail_stats(x, thr, "thr " + std::to_string(thr));
   double out[5];
   EXPECT_EQ(ops()->abs_stats(ops(), nullptr, 3, 0.0f, out), PGS_ERR_INVALID);
   EXPECT_EQ(ops()->abs_stats(ops(), x.data(), 3, 0.0f, nullptr),
             PGS_ERR_INVALID);
 }
 
-// The lanes' sums against one scalar loop over every magnitude a float
-// has: denormals (the log's split scales them), tiny and huge values, a
-// zero taken by a negative threshold (ln 0 = -Inf), Inf (ln Inf = Inf), and
-// lengths around the 128-entry blocks.
+// The lanes' sums over every magnitude a float has: denormals (the log's
+// split scales them), tiny and huge values, a zero taken by a negative
+// threshold (ln 0 = -Inf), Inf (ln Inf = Inf), and lengths around the
+// 128-entry blocks.
 TEST(OpsCpuElementwise, AbsStatsAcrossMagnitudes) {
-  auto oracle = [](const std::vector<float> &x, float thr, double out[5]) {
-    double c = 0, s = 0, s2 = 0, sl = 0, lo = 0;
-    for (float v : x) {
-      const double a = std::fabs(static_cast<double>(v));
-      if (!(a > thr)) continue;
-      lo = c == 0 ? a : std::min(lo, a);
-      c += 1;
-      s += a;
-      s2 += a * a;
-      sl += std::log(a);
-    }
-    out[0] = c, out[1] = s, out[2] = s2, out[3] = sl, out[4] = lo;
-  };
   for (size_t n :
        {size_t{1}, size_t{127}, size_t{128}, size_t{129}, size_t{4099}}) {
     std::vector<float> x = normal(n, 90 + n);
     for (size_t i = 0; i < n; ++i)
-      x[i] *= i % 4 == 0 ? 1e-39f
-                         : (i % 4 == 1 ? 1e-30f : (i % 4 == 2 ? 1e30f : 1.0f));
-    for (float thr : {0.0f, 1e-41f, 1.0f}) {
-      double got[5], want[5];
-      ASSERT_EQ(ops()->abs_stats(ops(), x.data(), n, thr, got), PGS_OK);
-      oracle(x, thr, want);
-      EXPECT_EQ(got[0], want[0]) << n << " " << thr;
-      for (int j = 1; j < 4; ++j)
-        EXPECT_NEAR(got[j], want[j], 1e-9 * (1 + std::fabs(want[j])))
-            << n << " " << thr << " " << j;
-      EXPECT_EQ(got[4], want[4]) << n << " " << thr;
-    }
+      x[i] *= i % 4 == 0   ? 1e-39f
+              : i % 4 == 1 ? 1e-30f
+              : i % 4 == 2 ? 1e30f
+                           : 1.0f;
+    for (float thr : {0.0f, 1e-41f, 1.0f})
+      expect_tail_stats(
+          x, thr, "n " + std::to_string(n) + " thr " + std::to_string(thr));
   }
   std::vector<float> x = normal(300, 95);
   x[5] = 0.0f;
