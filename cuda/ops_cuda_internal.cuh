@@ -94,7 +94,7 @@ int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
                              void *scratch, unsigned long long *nonfinite,
                              ulonglong2 *total_at, const ulonglong2 **total);
 
-// kth_abs of the list compact_queue wrote (its length read from
+// kth_abs of the list accumulate_compact_queue wrote (its length read from
 // *total on the device, at most @p cap) queued without a wait; the answer and
 // the list's length go to *out. @p scratch holds kth_list_scratch_bytes(cap);
 // the radix state at the start of c->small must be zeroed before.

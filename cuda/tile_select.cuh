@@ -65,9 +65,8 @@ constexpr int kScanThreads = 512;
 // runs of 32 in 512 threads 199, runs of 8 in 512 400, runs of 16 in 512
 // or 1024 threads 228-251.
 constexpr int kRun = 16;
-constexpr int kOnceThreads = kThreads;
 constexpr unsigned long long kTile =
-    static_cast<unsigned long long>(kOnceThreads) * kRun;
+    static_cast<unsigned long long>(kThreads) * kRun;
 
 inline unsigned long long tiles_for(unsigned long long n) {
   return (n + kTile - 1) / kTile;
@@ -240,10 +239,10 @@ __global__ void tile_state_init_kernel(TileState state, int ntiles);
 // and again in the write) was compute-bound on an H200, 344 us for 100M
 // floats (Nsight Compute: SM 80.8%, DRAM 22.2%).
 template <class Op>
-__global__ void __launch_bounds__(kOnceThreads)
+__global__ void __launch_bounds__(kThreads)
     tile_once_kernel(Op op, TileState state, int ntiles, ulonglong2 *total) {
   static_assert(Op::kFlaggedOnly, "the one pass emits flagged elements only");
-  using BlockScan = cub::BlockScan<unsigned long long, kOnceThreads>;
+  using BlockScan = cub::BlockScan<unsigned long long, kThreads>;
   __shared__ struct {
     typename BlockScan::TempStorage scan;
     TilePrefix::TempStorage prefix;
@@ -272,7 +271,7 @@ __global__ void __launch_bounds__(kOnceThreads)
     BlockScan(tmp.scan).ExclusiveScan(own, before, ::cuda::std::plus<>{},
                                       prefix);
   }
-  if (tile == ntiles - 1 && threadIdx.x == kOnceThreads - 1)
+  if (tile == ntiles - 1 && threadIdx.x == kThreads - 1)
     *total = unpack_counts(before + own);
   // The few flagged elements, one at a time, lowest first, each read again
   // (from cache): with the items held through the scan and the run unrolled
@@ -315,8 +314,7 @@ int tile_select_once(Ctx *c, unsigned long long ntiles, const Op &op,
   tile_state_init_kernel<<<(nt + kThreads - 1) / kThreads, kThreads, 0,
                            c->stream>>>(state, nt);
   PGS_LAUNCHED();
-  tile_once_kernel<Op>
-      <<<nt, kOnceThreads, 0, c->stream>>>(op, state, nt, s.total);
+  tile_once_kernel<Op><<<nt, kThreads, 0, c->stream>>>(op, state, nt, s.total);
   PGS_LAUNCHED();
   return PGS_OK;
 }

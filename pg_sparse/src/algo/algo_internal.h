@@ -240,6 +240,13 @@ void pgs_sidco_adapt(pgs_bucket_t *b, int64_t picks);
 int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
                          int64_t *gt, int64_t *eq);
 
+/** A first guess made before the call's accumulate, whose own pass listed
+ *  the entries at it (room for 2k) and counted them. */
+typedef struct pgs_first_guess {
+  float thr;     /* the guess */
+  int64_t count; /* entries of x at or above it, the first 2k listed */
+} pgs_first_guess_t;
+
 /** pgs_banded_threshold whose first count, where the last call's first
  *  guess landed in [k/2, 2k], is a compaction into @p idx and @p val (room
  *  for 2k pairs each): when this guess lands too, those pairs are its
@@ -248,14 +255,9 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
  *  holds the count and *eq 0. Otherwise *m is -1, idx and val hold nothing,
  *  and the rest is as pgs_banded_threshold. (Only after a landed guess: a
  *  missed one compacts up to 2k pairs of a count far from k, which costs
- *  more than the count alone.) */
-typedef struct pgs_first_guess {
-  float thr;     /* the guess */
-  int64_t count; /* entries of x at or above it, the first 2k listed */
-} pgs_first_guess_t;
-/*  @p first, when not NULL: the first guess was made before this call's
- *  accumulate and the accumulate's own pass listed it into idx and val (room
- *  for 2k) and counted it; the corrections go on from there. */
+ *  more than the count alone.) With @p first not NULL, that first guess and
+ *  its list come from the caller's accumulate, and the corrections go on
+ *  from there. */
 int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
                       const pgs_first_guess_t *first, float *thr, int64_t *gt,
                       int64_t *eq, int64_t *m);

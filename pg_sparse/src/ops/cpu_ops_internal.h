@@ -47,12 +47,13 @@ static inline int pgs_cpu_finite(float x) {
 extern const uint64_t pgs_cpu_pack_lanes[256];
 #endif
 
-/* Selection kernels of cpu_select.c; signatures are those of pgs_ops_t. */
 /* cpu_stats.c: ops->mean_std and ops->abs_stats. */
 int pgs_cpu_mean_std(const pgs_ops_t *ops, const float *x, size_t n,
                      double *mean, double *std);
 int pgs_cpu_abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
                       double out[5]);
+
+/* Selection kernels of cpu_select.c; signatures are those of pgs_ops_t. */
 int pgs_cpu_count_regions(const pgs_ops_t *ops, const float *x, size_t n,
                           const int64_t *bounds_host, int nreg, float thr,
                           int64_t *n_gt_host, int64_t *n_eq_host);

@@ -118,25 +118,30 @@ static inline void renorm(tail_lanes_t *t, int j) {
   t->e[j] += pe;
 }
 
+/* Entry |x| = a into lane j where a > thr, branch-free (so the lanes of
+ * tail_block vectorise): an entry not taken adds 0 to the sums and
+ * multiplies the product by 1. */
+static inline void tail_add(tail_lanes_t *t, int j, float x, float thr) {
+  const double a = fabs((double)x);
+  const int take = a > (double)thr;
+  const double at = of_bits(bits_of(a) & -(uint64_t)take);
+  double m;
+  int64_t e;
+  split_abs(a, take, &m, &e);
+  t->c[j] += (double)take;
+  t->s[j] += at;
+  t->s2[j] += at * at;
+  t->prod[j] *= m;
+  t->e[j] += e;
+  const double lo = take ? a : INFINITY;
+  t->lo[j] = lo < t->lo[j] ? lo : t->lo[j];
+}
+
 /* AS_RENORM rows of AS_LANES entries from x into the lanes. */
 PGS_CPU_CLONES
 static void tail_block(const float *x, float thr, tail_lanes_t *t) {
   for (int r = 0; r < AS_RENORM; ++r)
-    for (int j = 0; j < AS_LANES; ++j) {
-      const double a = fabs((double)x[r * AS_LANES + j]);
-      const int take = a > (double)thr;
-      const double at = of_bits(bits_of(a) & -(uint64_t)take);
-      double m;
-      int64_t e;
-      split_abs(a, take, &m, &e);
-      t->c[j] += (double)take;
-      t->s[j] += at;
-      t->s2[j] += at * at;
-      t->prod[j] *= m;
-      t->e[j] += e;
-      const double lo = take ? a : INFINITY;
-      t->lo[j] = lo < t->lo[j] ? lo : t->lo[j];
-    }
+    for (int j = 0; j < AS_LANES; ++j) tail_add(t, j, x[r * AS_LANES + j], thr);
 }
 
 int pgs_cpu_abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
@@ -157,19 +162,8 @@ int pgs_cpu_abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
     for (int j = 0; j < AS_LANES; ++j) renorm(&t, j);
   }
   /* The tail, fewer than a block: at most AS_RENORM entries a lane. */
-  for (int j = 0; i < n; ++i, j = (j + 1) % AS_LANES) {
-    const double a = fabs((double)x[i]);
-    if (!(a > (double)thr)) continue;
-    double m;
-    int64_t e;
-    split_abs(a, 1, &m, &e);
-    t.c[j] += 1.0;
-    t.s[j] += a;
-    t.s2[j] += a * a;
-    t.prod[j] *= m;
-    t.e[j] += e;
-    if (a < t.lo[j]) t.lo[j] = a;
-  }
+  for (int j = 0; i < n; ++i, j = (j + 1) % AS_LANES)
+    tail_add(&t, j, x[i], thr);
   double c = 0.0, s = 0.0, s2 = 0.0, sl = 0.0, lo = INFINITY;
   for (int j = 0; j < AS_LANES; ++j) {
     c += t.c[j];
