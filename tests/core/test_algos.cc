@@ -666,30 +666,42 @@ INSTANTIATE_TEST_SUITE_P(All, WireTest,
 
 class TransportTest : public testing::TestWithParam<Transport> {};
 
-// topka equals the brute-force sum of every rank's exact top-k, over P.
+// TopkA and TopkDSA equal the brute-force sum of every rank's exact top-k,
+// over P: on data of a few levels (the sums stay on their lattice, so the
+// k-th value is tied and ties go in index order), then on normal data;
+// whether a call selected from its candidate list or over all of n.
 TEST_P(TransportTest, TopkaMatchesBruteForce) {
   on_every_rank([&] {
     const size_t n = 5003;
     const int P = world_size();
     const int64_t k = target_k(0.01, n);
-    Runner run(GetParam(), make_config(PGS_ALGO_TOPKA, 0.01, 0), n);
-    ASSERT_TRUE(all_ranks(run.ok()));
-    for (int64_t step = 0; step < 10; ++step) {
-      ASSERT_TRUE(run.step_all(normal_data(n, 83, world_rank(), step)));
-      std::vector<float> acc = allgather(run.acc);
-      std::vector<float> expect(n, 0.0f);
-      for (int r = 0; r < P; ++r) {
-        auto mask = topk_mask(&acc[r * n], n, k);
+    for (pgs_algo_id_t algo : {PGS_ALGO_TOPKA, PGS_ALGO_TOPKDSA}) {
+      Runner run(GetParam(), make_config(algo, 0.01, 0), n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      int listed = 0;
+      for (int64_t step = 0; step < 16; ++step) {
+        const uint64_t seed = 83 + 1000 * world_rank() + step;
+        ASSERT_TRUE(run.step_all(step < 8
+                                     ? pgs_test_data::tied(n, seed, 5, 0.3)
+                                     : normal_data(n, 83, world_rank(), step)));
+        listed += static_cast<int>(run.stats.candidates);
+        std::vector<float> acc = allgather(run.acc);
+        std::vector<float> expect(n, 0.0f);
+        for (int r = 0; r < P; ++r) {
+          auto mask = topk_mask(&acc[r * n], n, k);
+          for (size_t i = 0; i < n; ++i)
+            if (mask[i]) expect[i] += acc[r * n + i];
+        }
+        int bad = 0;
         for (size_t i = 0; i < n; ++i)
-          if (mask[i]) expect[i] += acc[r * n + i];
+          if (std::fabs(expect[i] / P - run.out[i]) >
+              1e-6f * std::fabs(expect[i]))
+            ++bad;
+        EXPECT_EQ(bad, 0) << pgs_algo_name(algo) << " step " << step;
+        EXPECT_EQ(run.stats.local_selected, k) << pgs_algo_name(algo);
       }
-      int bad = 0;
-      for (size_t i = 0; i < n; ++i)
-        if (std::fabs(expect[i] / P - run.out[i]) >
-            1e-6f * std::fabs(expect[i]))
-          ++bad;
-      EXPECT_EQ(bad, 0) << "step " << step;
-      EXPECT_EQ(run.stats.local_selected, k);
+      EXPECT_GE(listed, 8) << pgs_algo_name(algo)
+                           << ": calls that selected from the list";
     }
   });
 }
@@ -703,6 +715,7 @@ TEST_P(TransportTest, GtopkIsExactAtItsSupport) {
     const int64_t k = target_k(0.01, n);
     Runner run(GetParam(), make_config(PGS_ALGO_GTOPK, 0.01, 0), n);
     ASSERT_TRUE(all_ranks(run.ok()));
+    int listed = 0;
     for (int64_t step = 0; step < 10; ++step) {
       ASSERT_TRUE(run.step_all(normal_data(n, 89, world_rank(), step)));
       std::vector<float> acc = allgather(run.acc);
@@ -721,7 +734,9 @@ TEST_P(TransportTest, GtopkIsExactAtItsSupport) {
       EXPECT_EQ(bad, 0);
       EXPECT_LE(support, k);
       EXPECT_EQ(support, run.stats.global_selected);
+      listed += static_cast<int>(run.stats.candidates);
     }
+    EXPECT_GE(listed, 5) << "calls that selected from the list";
   });
 }
 

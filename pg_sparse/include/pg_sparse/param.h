@@ -39,8 +39,8 @@ extern "C" {
     "by this before the next call")                                            \
   X(PGS_PARAM_OKTOPK_CAND_SLACK, "PG_SPARSE_OKTOPK_CAND_SLACK",                \
     PGS_PARAM_FLOAT, "0.8", NULL, 0.25, 1.0,                                   \
-    "Ok-Topk: first candidate bound, as a fraction of the last local "         \
-    "threshold (it then adapts to list 1.3k-2.5k entries)")                    \
+    "Ok-Topk, TopkA, TopkDSA, gTop-k: first candidate bound, as a fraction "   \
+    "of the last local threshold (it then adapts to list 1.3k-2.5k entries)")  \
   X(PGS_PARAM_MPI_BCAST_CHUNK, "PG_SPARSE_MPI_BCAST_CHUNK", PGS_PARAM_INT,     \
     "1073741824", NULL, 1, 2147483647.0,                                       \
     "Open MPI: bytes per piece of a broadcast over INT_MAX bytes")             \

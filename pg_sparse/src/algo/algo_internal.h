@@ -25,6 +25,22 @@ typedef struct pgs_algo_vtable {
               const int64_t *bounds);
 } pgs_algo_vtable_t;
 
+/** The candidate list of an exact local top-k (cand.c): the fused pass
+ *  lists every entry with |x| >= slack * thr, and the exact k-th comes from
+ *  the list when it holds at least k entries. */
+typedef struct pgs_cand {
+  float thr;     /* last exact local threshold (the anchor); < 0: none yet */
+  float slack;   /* the list's threshold over thr, adapted per call */
+  pgs_buf_t buf; /* [idx cap | val cap] */
+  /* This call's list: */
+  int32_t *idx;
+  float *val;
+  int64_t m;    /* entries listed (valid only when ok) */
+  int ok;       /* the list holds every entry >= its threshold */
+  float kth;    /* the list's k-th largest |val| (found with the list), */
+  int64_t n_gt; /* and its entries above it; kth < 0: not found */
+} pgs_cand_t;
+
 struct pgs_bucket {
   pgs_config_t cfg;
   pgs_comm_t *comm;
@@ -58,6 +74,7 @@ struct pgs_bucket {
   pgs_comm_counters_t phase_c0;
   /* scratch shared by the helpers in sparse.c, reused across calls */
   pgs_buf_t pairs; /* this rank's selection, [idx | val] blocks */
+  pgs_cand_t cand; /* the exact local top-k's candidate list */
   pgs_buf_t recv;  /* received pairs */
   /* On a narrow wire (16-bit values): the encoded blocks sent and
    * received, and the rounding errors of the values being encoded. */
@@ -192,12 +209,30 @@ static inline float *pgs_block_val(void *base, int64_t m) {
   return (float *)((int32_t *)base + m);
 }
 
-/** Exact top-k of |x| (ties broken by lowest index) compacted as one block
- *  [idx | val] into @p dst (capacity @p cap pairs), indices + idx_offset.
- *  *m receives the count: k, or fewer when x has fewer nonzeros. */
-int pgs_select_topk(pgs_bucket_t *b, const float *x, size_t n, int64_t k,
-                    int32_t idx_offset, void *dst, size_t cap, int64_t *m,
-                    float *thr);
+/* --- the candidate list (cand.c) ---------------------------------------- */
+
+/** Threshold unknown, slack from PG_SPARSE_OKTOPK_CAND_SLACK. */
+int pgs_cand_init(pgs_cand_t *c);
+void pgs_cand_fini(pgs_cand_t *c, const pgs_ops_t *ops);
+
+/** The fused pass (pgs_accumulate_kth): grad added into the residual and,
+ *  with @p list and a last threshold, the candidates listed in @p c. */
+int pgs_cand_accumulate(pgs_bucket_t *b, pgs_cand_t *c, const float *grad,
+                        int list);
+
+/** After pgs_cand_accumulate: the exact k-th largest |resid| (from the list
+ *  when it holds k entries, else by a radix select over n, which marks the
+ *  list unusable), the ties to take in index order (*quota) and the entries
+ *  selected so (*count: k, or the nonzeros when fewer). */
+int pgs_cand_threshold(pgs_bucket_t *b, pgs_cand_t *c, float *thr,
+                       int64_t *quota, int64_t *count);
+
+/** The exact top-k of |resid + grad| (ties by lowest index) after adding
+ *  @p grad, in one pass over n where the list holds it: one block
+ *  [idx | val] into @p dst (room for k pairs), *m the count (k, or the
+ *  nonzeros when fewer). */
+int pgs_cand_topk(pgs_bucket_t *b, pgs_cand_t *c, const float *grad, void *dst,
+                  int64_t *m);
 
 /** Allgather of every rank's block of @p m pairs (at @p send) into b->recv.
  *  On return b->host_counts[0..P) holds each rank's count and *total the sum;

@@ -119,6 +119,8 @@ int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
   st = ops->fill_zero(ops, b->resid, n * sizeof(float));
   if (st != PGS_OK) goto fail;
   b->resid_zero = 1;
+  st = pgs_cand_init(&b->cand);
+  if (st != PGS_OK) goto fail;
   if (b->algo->init != NULL) {
     st = b->algo->init(b);
     if (st != PGS_OK) goto fail;
@@ -140,6 +142,7 @@ void pgs_bucket_destroy(pgs_bucket_t *b) {
   if (b->algo != NULL && b->algo->fini != NULL) b->algo->fini(b);
   if (b->resid != NULL) b->ops->free(b->ops, b->resid);
   pgs_buf_release(b->ops, &b->pairs);
+  pgs_cand_fini(&b->cand, b->ops);
   pgs_buf_release(b->ops, &b->recv);
   pgs_buf_release(b->ops, &b->wire_send);
   pgs_buf_release(b->ops, &b->wire_recv);

@@ -167,18 +167,10 @@ static int reduce_narrow(pgs_bucket_t *b, gtopk_state_t *s, const int32_t *g,
 static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   gtopk_state_t *s = b->algo_state;
   const pgs_ops_t *ops = b->ops;
-  int st = pgs_accumulate(b, grad);
-  if (st != PGS_OK) return st;
-  st = pgs_buf_reserve(ops, &s->cur, (size_t)b->k * 8);
-  if (st != PGS_OK) return st;
+  int st = pgs_buf_reserve(ops, &s->cur, (size_t)b->k * 8);
   int64_t m = 0;
-  float thr = 0.0f;
-  st = pgs_select_topk(b, b->resid, b->n, b->k, 0, s->cur.ptr, (size_t)b->k, &m,
-                       &thr);
+  if (st == PGS_OK) st = pgs_cand_topk(b, &b->cand, grad, s->cur.ptr, &m);
   if (st != PGS_OK) return st;
-  b->stats.local_selected = m;
-  b->stats.local_recomputed = 1;
-  b->stats.local_threshold = thr;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
   st = find_global_set(b, s, &m);

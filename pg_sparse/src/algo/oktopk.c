@@ -14,25 +14,16 @@
 
 #include "algo/oktopk.h"
 
-/* The candidate list of one call: every entry of the accumulator with
- * |x| >= slack times the last local threshold, in index order, listed by the
- * fused pass (up to CAND_CAP * k of them). When it holds at least k entries
- * the exact k-th |x| is the list's k-th, found in O(list) instead of passes
- * over n, so every call gets an exact threshold (exactly k picks, where a
- * reused threshold lets up to 2k through); repartition and the split read
- * the list too. The slack adapts so the list holds about 1.3k-2.5k entries:
- * error feedback piles mass just below the threshold, and how much depends
- * on the data. */
-enum { CAND_CAP = 8 };
-#define CAND_SLACK_MIN 0.25f /* PG_SPARSE_OKTOPK_CAND_SLACK's minimum too */
+/* The local selection is exact on every call, from the candidate list of
+ * the fused pass where it holds the top k (cand.c); repartition and the split
+ * read the list too. */
 
 static void oktopk_fini(pgs_bucket_t *b) {
   oktopk_state_t *s = b->algo_state;
   if (s == NULL) return;
   pgs_split_fini(&s->split, b->ops);
-  pgs_buf_t *bufs[] = {&s->tmp,   &s->cand,  &s->gidx, &s->gval,
-                       &s->bidx,  &s->bval,  &s->aidx, &s->aval,
-                       &s->gwire, &s->bwire, &s->awire};
+  pgs_buf_t *bufs[] = {&s->tmp,  &s->gidx, &s->gval,  &s->bidx,  &s->bval,
+                       &s->aidx, &s->aval, &s->gwire, &s->bwire, &s->awire};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i)
     pgs_buf_release(b->ops, bufs[i]);
   free(s->info);
@@ -46,13 +37,11 @@ static void oktopk_fini(pgs_bucket_t *b) {
 
 /* The tunables of the parameter table, read once per bucket. */
 static int read_params(oktopk_state_t *s) {
-  double down = 0, up = 0, slack = 0;
+  double down = 0, up = 0;
   int st = pgs_param_float(PGS_PARAM_OKTOPK_NUDGE_DOWN, &down);
   if (st == PGS_OK) st = pgs_param_float(PGS_PARAM_OKTOPK_NUDGE_UP, &up);
-  if (st == PGS_OK) st = pgs_param_float(PGS_PARAM_OKTOPK_CAND_SLACK, &slack);
   s->nudge_down = (float)down;
   s->nudge_up = (float)up;
-  s->cand_slack = (float)slack;
   return st;
 }
 
@@ -60,7 +49,6 @@ static int oktopk_init(pgs_bucket_t *b) {
   oktopk_state_t *s = calloc(1, sizeof(*s));
   if (s == NULL) return PGS_ERR_NO_MEMORY;
   b->algo_state = s;
-  s->thr_local = -1.0f;
   s->thr_global = -1.0f;
   int st = read_params(s);
   if (st != PGS_OK) return st;
@@ -77,19 +65,11 @@ static int oktopk_init(pgs_bucket_t *b) {
   return st;
 }
 
-typedef struct cands {
-  int32_t *idx;
-  float *val;
-  int64_t m;    /* entries listed (valid only when ok) */
-  int ok;       /* the list holds every entry >= its threshold */
-  float kth;    /* the list's k-th largest |val| (found with the list), */
-  int64_t n_gt; /* and its entries above it; kth < 0: not found */
-} cands_t;
-
 /* The selection (thr, quota) as one ascending list [idx m | val m] in
  * s->tmp: from the candidates when there are, else by passes over x. */
-static int selection_list(pgs_bucket_t *b, oktopk_state_t *s, const cands_t *c,
-                          float thr, int64_t quota, int64_t *m) {
+static int selection_list(pgs_bucket_t *b, oktopk_state_t *s,
+                          const pgs_cand_t *c, float thr, int64_t quota,
+                          int64_t *m) {
   const pgs_ops_t *ops = b->ops;
   int64_t gt = 0, eq = 0;
   const int64_t whole[2] = {0, c->ok ? c->m : (int64_t)b->n};
@@ -113,7 +93,7 @@ static int selection_list(pgs_bucket_t *b, oktopk_state_t *s, const cands_t *c,
 /* Regions at the averaged quantiles of the ranks' selected indices, so each
  * region draws about the same share of picks. Any P and n, empty regions
  * allowed; sums in int64 so P * n cannot overflow. */
-static int repartition(pgs_bucket_t *b, oktopk_state_t *s, const cands_t *c,
+static int repartition(pgs_bucket_t *b, oktopk_state_t *s, const pgs_cand_t *c,
                        float thr, int64_t quota) {
   const int P = b->size;
   const int64_t n = (int64_t)b->n;
@@ -151,102 +131,47 @@ static int guessing(const pgs_bucket_t *b) {
 }
 
 /* The local threshold, exact on every call: the k-th largest |acc| and the
- * ties to take in index order (*quota). From the list when it holds at
- * least k entries (then the k-th largest lies at or above the list's
- * threshold, so every entry that matters is listed), else by a radix select
- * over all of acc; both give the same answer, so the list's slack never
- * changes a result. (The reference reuses the local threshold between
- * exact steps only because a selection over n was expensive; a reused one
- * let up to 2k entries through.) */
-static int local_threshold(pgs_bucket_t *b, cands_t *c, float *thr,
-                           int64_t *quota) {
-  int64_t n_gt = 0;
-  int st;
-  if (guessing(b)) {
-    /* An estimator's guess, corrected toward [k/2, 2k] picks (then exact):
-     * every entry at the threshold is taken. */
-    int64_t n_eq = 0;
-    c->ok = 0;
-    *quota = -1;
-    return pgs_banded_threshold(b, b->resid, thr, &n_gt, &n_eq);
+ * ties to take in index order (*quota), from the candidate list or a radix
+ * select over n, which give the same answer. (The reference reuses the local
+ * threshold between exact steps only because a selection over n was
+ * expensive; a reused one let up to 2k entries through.) With an estimator,
+ * its guess corrected toward [k/2, 2k] picks (then exact), and every entry
+ * at the threshold is taken. */
+static int local_threshold(pgs_bucket_t *b, float *thr, int64_t *quota) {
+  if (!guessing(b)) {
+    int64_t count = 0;
+    return pgs_cand_threshold(b, &b->cand, thr, quota, &count);
   }
-  if (c->ok && c->m >= b->k) {
-    /* Found by the fused pass, in its wait for the device (the list holds
-     * k to cap entries, so accumulate_kth must have found it). */
-    *thr = c->kth;
-    n_gt = c->n_gt;
-    st = c->kth >= 0.0f ? PGS_OK : PGS_ERR_INVALID;
-  } else {
-    c->ok = 0; /* the list may miss entries above the threshold */
-    st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, thr, &n_gt);
-  }
-  *quota = *thr > 0.0f ? b->k - n_gt : 0;
-  b->stats.local_recomputed = 1;
-  return st;
-}
-
-/* Steer the next list toward 1.3k-2.5k entries: a longer list costs the
- * fused pass more appends, one shorter than k a pass over n. */
-static float next_slack(float slack, int64_t m, int64_t k, int64_t cap) {
-  if (m > cap)
-    slack *= 1.15f;
-  else if (2 * m > 5 * k)
-    slack *= 1.05f;
-  else if (10 * m < 13 * k)
-    slack /= 1.1f;
-  if (slack > 1.0f) slack = 1.0f;
-  if (slack < CAND_SLACK_MIN) slack = CAND_SLACK_MIN;
-  return slack;
-}
-
-/* The fused pass: accumulate, check and list the candidates. */
-static int accumulate_candidates(pgs_bucket_t *b, oktopk_state_t *s,
-                                 const float *grad, cands_t *c) {
-  int64_t cap = CAND_CAP * b->k;
-  if (cap > (int64_t)b->n) cap = (int64_t)b->n;
-  /* Before the first threshold there is nothing to list against. */
-  const float cthr = s->thr_local > 0.0f && !guessing(b)
-                         ? s->thr_local * s->cand_slack
-                         : INFINITY;
-  int st = pgs_buf_reserve(b->ops, &s->cand, (size_t)cap * 8);
+  int64_t n_gt = 0, n_eq = 0;
+  b->cand.ok = 0;
+  *quota = -1;
+  int st = pgs_banded_threshold(b, b->resid, thr, &n_gt, &n_eq);
   if (st != PGS_OK) return st;
-  c->idx = s->cand.ptr;
-  c->val = (float *)(c->idx + cap);
-  /* With a list to read, its k-th largest comes back with its length. */
-  pgs_fused_t res = {0, 0, -1.0f, 0};
-  const size_t k = cthr < INFINITY ? (size_t)b->k : 0;
-  st = pgs_accumulate_kth(b, grad, cthr, c->idx, c->val, (size_t)cap, k, &res);
-  c->m = res.count;
-  c->kth = res.kth;
-  c->n_gt = res.n_gt;
-  c->ok = cthr < INFINITY && c->m <= cap;
-  if (cthr < INFINITY)
-    s->cand_slack = next_slack(s->cand_slack, c->m, b->k, cap);
-  return st;
+  b->cand.thr = *thr; /* saved with the state, as an exact one is */
+  b->stats.local_threshold = *thr;
+  return PGS_OK;
 }
 
 static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   oktopk_state_t *s = b->algo_state;
   const int64_t sparse_step = b->step - b->cfg.warmup_steps;
-  cands_t c = {NULL, NULL, 0, 0, -1.0f, 0};
-  int st = accumulate_candidates(b, s, grad, &c);
+  const pgs_cand_t *c = &b->cand;
+  int st = pgs_cand_accumulate(b, &b->cand, grad, !guessing(b));
   float thr = 0.0f;
   int64_t quota = 0;
-  if (st == PGS_OK) st = local_threshold(b, &c, &thr, &quota);
+  if (st == PGS_OK) st = local_threshold(b, &thr, &quota);
   if (st != PGS_OK) return st;
-  s->thr_local = thr;
-  b->stats.local_threshold = thr;
-  b->stats.candidates = c.ok;
+  b->stats.candidates = c->ok;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
   if (sparse_step % b->cfg.tau == 0 || !s->have_bounds) {
-    st = repartition(b, s, &c, thr, quota);
+    st = repartition(b, s, c, thr, quota);
     if (st != PGS_OK) return st;
   }
   const int64_t cap = b->size > 1 ? 3 * b->k / (2 * b->size) : -1;
   int64_t m = 0;
-  if (c.ok)
-    st = pgs_split_select_pairs(b, &s->split, c.idx, c.val, c.m, thr, quota,
+  if (c->ok)
+    st = pgs_split_select_pairs(b, &s->split, c->idx, c->val, c->m, thr, quota,
                                 cap, &m, &b->stats.capped);
   else
     st = pgs_split_select(b, &s->split, b->resid, thr, quota, cap, &m,
@@ -263,7 +188,7 @@ static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
 static void oktopk_save(const pgs_bucket_t *b, pgs_bucket_state_t *st,
                         int64_t *bounds) {
   const oktopk_state_t *s = b->algo_state;
-  st->local_threshold = s->thr_local;
+  st->local_threshold = b->cand.thr;
   st->global_threshold = s->thr_global;
   st->have_bounds = s->have_bounds;
   if (bounds != NULL && s->have_bounds)
@@ -282,7 +207,7 @@ static int oktopk_load(pgs_bucket_t *b, const pgs_bucket_state_t *st,
     memcpy(s->split.bounds, bounds, ((size_t)P + 1) * sizeof(int64_t));
   }
   s->have_bounds = st->have_bounds != 0;
-  s->thr_local = (float)st->local_threshold;
+  b->cand.thr = (float)st->local_threshold;
   s->thr_global = (float)st->global_threshold;
   return PGS_OK;
 }

@@ -9,15 +9,11 @@
 
 typedef struct oktopk_state {
   pgs_split_t split;
-  float thr_local;  /* last exact local threshold (anchors the candidate
-                       list); < 0 before the first */
   float thr_global; /* reused between exact steps; < 0 before the first */
   int have_bounds;
-  float cand_slack;     /* candidate list threshold / last local threshold */
   float nudge_down;     /* PG_SPARSE_OKTOPK_NUDGE_DOWN */
   float nudge_up;       /* PG_SPARSE_OKTOPK_NUDGE_UP */
   pgs_buf_t tmp;        /* full local selection at repartition */
-  pgs_buf_t cand;       /* the fused pass's candidates [idx cap | val cap] */
   pgs_buf_t gidx, gval; /* this region's global picks, global indices */
   pgs_buf_t bidx, bval; /* balanced share of G */
   pgs_buf_t aidx, aval; /* all of G, ascending */

@@ -4,29 +4,6 @@
 
 #include "algo/algo_internal.h"
 
-int pgs_select_topk(pgs_bucket_t *b, const float *x, size_t n, int64_t k,
-                    int32_t idx_offset, void *dst, size_t cap, int64_t *m,
-                    float *thr) {
-  const pgs_ops_t *ops = b->ops;
-  float t = 0.0f;
-  int64_t n_gt = 0;
-  if (k > (int64_t)n) k = (int64_t)n;
-  int st = ops->kth_abs(ops, x, n, (size_t)k, &t, &n_gt);
-  if (st != PGS_OK) return st;
-  /* With t > 0 exactly k entries are taken: all above t, then ties in index
-   * order. With t == 0 fewer than k entries are nonzero; take them all. */
-  int64_t count = t > 0.0f ? k : n_gt;
-  int64_t quota = t > 0.0f ? k - n_gt : 0;
-  if ((size_t)count > cap) return PGS_ERR_OVERFLOW;
-  /* Exactly count are taken: no count to read back (ops.h). */
-  st = ops->compact(ops, x, n, t, quota, idx_offset, pgs_block_idx(dst),
-                    pgs_block_val(dst, count), (size_t)count, NULL);
-  if (st != PGS_OK) return st;
-  *m = count;
-  if (thr != NULL) *thr = t;
-  return PGS_OK;
-}
-
 /* The counts, with every rank's input flag; sizes of each rank's block. */
 static int share_counts(pgs_bucket_t *b, int64_t m, size_t pair_bytes,
                         size_t *all_bytes) {

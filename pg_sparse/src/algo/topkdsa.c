@@ -84,26 +84,31 @@ static int gather_sparse(pgs_bucket_t *b, pgs_split_t *sp, int64_t mine,
 static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   topkdsa_state_t *s = b->algo_state;
   pgs_split_t *sp = &s->split;
-  int st = pgs_accumulate(b, grad);
+  pgs_cand_t *c = &b->cand;
+  const int exact =
+      b->cfg.estimator == PGS_EST_DEFAULT || b->cfg.estimator == PGS_EST_EXACT;
+  int st = pgs_cand_accumulate(b, c, grad, exact);
   if (st != PGS_OK) return st;
   float thr = 0.0f;
   int64_t n_gt = 0, n_eq = 0, m = 0, capped = 0, quota = 0;
-  if (b->cfg.estimator == PGS_EST_DEFAULT ||
-      b->cfg.estimator == PGS_EST_EXACT) {
+  if (exact) {
     /* Exactly k: the k-th |x| and a quota of its ties. */
-    st = b->ops->kth_abs(b->ops, b->resid, b->n, (size_t)b->k, &thr, &n_gt);
-    quota = thr > 0.0f ? b->k - n_gt : 0;
-    b->stats.local_recomputed = 1;
+    st = pgs_cand_threshold(b, c, &thr, &quota, &n_gt);
   } else {
     /* An estimated threshold: every entry at or above it, [k/2, 2k]. */
     st = pgs_banded_threshold(b, b->resid, &thr, &n_gt, &n_eq);
     quota = -1;
   }
   if (st != PGS_OK) return st;
-  st = pgs_split_select(b, sp, b->resid, thr, quota, -1, &m, &capped);
+  if (exact && c->ok)
+    st = pgs_split_select_pairs(b, sp, c->idx, c->val, c->m, thr, quota, -1, &m,
+                                &capped);
+  else
+    st = pgs_split_select(b, sp, b->resid, thr, quota, -1, &m, &capped);
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
   b->stats.local_threshold = thr;
+  b->stats.candidates = exact && c->ok;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
   st = pgs_split_reduce(b, sp);
