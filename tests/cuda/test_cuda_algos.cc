@@ -227,12 +227,18 @@ TEST_P(CudaAlgo, NonfiniteInputFailsOnBoth) {
 }
 
 // Host waits of a steady call at one rank (threshold reused, no
-// repartition; Ok-Topk from its candidate list): the step path's budget.
+// repartition; the exact top-k algorithms from their candidate list): the
+// step path's budget.
 int64_t sync_budget(const std::string &algo) {
   if (algo == "dense") return 1;
-  if (algo == "topka" || algo == "gtopk") return 3;
-  if (algo == "gaussiank" || algo == "oktopk") return 4;
-  return 5;  // topkdsa
+  if (algo == "topka" || algo == "gtopk") return 2;
+  return 4;  // gaussiank, oktopk, topkdsa
+}
+
+// The algorithms whose exact local top-k comes from the candidate list.
+bool lists(pgs_algo_id_t algo) {
+  return algo == PGS_ALGO_OKTOPK || algo == PGS_ALGO_TOPKA ||
+         algo == PGS_ALGO_GTOPK || algo == PGS_ALGO_TOPKDSA;
 }
 
 // The host synchronisations of a device call follow from the algorithm and
@@ -278,7 +284,7 @@ TEST_P(CudaAlgo, HostSyncsIndependentOfN) {
       continue;
     EXPECT_EQ(a.syncs, b.syncs) << "call " << i;
     const bool steady = !a.global_recomputed && !a.repartitioned &&
-                        (GetParam() != PGS_ALGO_OKTOPK || a.candidates);
+                        (!lists(GetParam()) || a.candidates);
     if (steady) {
       EXPECT_LE(a.syncs, sync_budget(pgs_algo_name(GetParam())))
           << "call " << i;
