@@ -57,8 +57,14 @@ __global__ void __launch_bounds__(kScanThreads)
   if (threadIdx.x == kScanThreads - 1) offs[nspans] = make_ulonglong2(e1, e2);
 }
 
-__global__ void tile_state_init_kernel(TileState state, int ntiles) {
+__global__ void tile_state_init_kernel(TileState state, int ntiles,
+                                       unsigned long long *zero,
+                                       unsigned zero_words) {
   state.InitializeStatus(ntiles);
+  const unsigned stride = gridDim.x * blockDim.x;
+  for (unsigned w = blockIdx.x * blockDim.x + threadIdx.x; w < zero_words;
+       w += stride)
+    zero[w] = 0;
 }
 
 namespace {
@@ -426,12 +432,15 @@ size_t compact_scratch_bytes(size_t n) {
 int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
                              float thr, int32_t *idx, float *val, size_t cap,
                              void *scratch, unsigned long long *nonfinite,
-                             ulonglong2 *total_at, const ulonglong2 **total) {
+                             ulonglong2 *total_at, const ulonglong2 **total,
+                             unsigned long long *zero, unsigned zero_words) {
   const unsigned long long ntiles = tiles_for(n);
   Carve cv(scratch);
   OnceScratch os;
   os.carve(cv, ntiles);
   if (total_at != nullptr) os.total = total_at;
+  os.zero = zero;
+  os.zero_words = zero_words;
   AccumulateOp op;
   static_cast<CompactOp &>(op) = CompactOp{
       x,   n,  aligned16(x) && aligned16(g), make_selector(thr, -1), 0u, idx,

@@ -55,11 +55,15 @@ __global__ void __launch_bounds__(kThreads)
     idx[j] -= delta;
 }
 
-// pos[j] = number of idx entries below keys[j] (idx ascending).
+// pos[j] = number of idx entries below keys[j] (idx ascending); keys a
+// device pointer or ParamBounds. Also clears zero[0..zero_words), the
+// counters a kernel after it adds into (no memset of their own).
+template <class Keys>
 __global__ void locate_kernel(const int32_t *__restrict__ idx, size_t m,
-                              const long long *__restrict__ keys, int nkeys,
-                              long long *pos) {
+                              Keys keys, int nkeys, long long *pos,
+                              unsigned long long *zero, int zero_words) {
   const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  for (int w = j; w < zero_words; w += gridDim.x * blockDim.x) zero[w] = 0;
   if (j >= nkeys) return;
   size_t lo = 0, hi = m;
   while (lo < hi) {
@@ -82,11 +86,11 @@ int select_once(Ctx *c, float *r, const float *g, size_t n, float thr,
   PGS_RETURN_IF(ensure_device(&c->small, 4 * sizeof(unsigned long long)));
   PGS_RETURN_IF(ensure_device(&c->work, compact_scratch_bytes(n)));
   auto *small = static_cast<unsigned long long *>(c->small.ptr);
-  PGS_CU(cudaMemsetAsync(small, 0, sizeof *small, c->stream));
   const ulonglong2 *total = nullptr;
+  // The pass's reset kernel clears the non-finite count.
   PGS_RETURN_IF(accumulate_compact_queue(
       c, r, g, n, thr, idx, val, cap, c->work.ptr, small,
-      reinterpret_cast<ulonglong2 *>(small + 2), &total));
+      reinterpret_cast<ulonglong2 *>(small + 2), &total, small, 1));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, small, 4 * sizeof *small, &host));
   const auto *h = static_cast<const unsigned long long *>(host);
@@ -146,15 +150,15 @@ int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   const size_t tile_bytes = (compact_scratch_bytes(n) + 255) & ~size_t{255};
   PGS_RETURN_IF(
       ensure_device(&c->work, tile_bytes + kth_list_scratch_bytes(cap)));
-  // One reset for the radix state at the start of c->small (kth_list_queue)
-  // and the two counters of *fo.
-  PGS_CU(cudaMemsetAsync(c->small.ptr, 0,
-                         kFusedOutOffset + 2 * sizeof(unsigned long long),
-                         c->stream));
+  // The pass's reset kernel clears the radix state at the start of c->small
+  // (kth_list_queue) and the two counters of *fo: no memset of its own.
   const ulonglong2 *total = nullptr;
-  PGS_RETURN_IF(accumulate_compact_queue(c, r, g, n, thr, idx, val, cap,
-                                         c->work.ptr, &fo->nonfinite, nullptr,
-                                         &total));
+  constexpr unsigned kZeroWords =
+      (kFusedOutOffset + 2 * sizeof(unsigned long long)) / 8;
+  static_assert(kFusedOutOffset % 8 == 0, "whole words");
+  PGS_RETURN_IF(accumulate_compact_queue(
+      c, r, g, n, thr, idx, val, cap, c->work.ptr, &fo->nonfinite, nullptr,
+      &total, static_cast<unsigned long long *>(c->small.ptr), kZeroWords));
   PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total,
                                static_cast<char *>(c->work.ptr) + tile_bytes,
                                fo));
@@ -209,7 +213,7 @@ int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,
   PGS_CU(cudaMemcpyAsync(dkeys, pin + key_off, bytes, cudaMemcpyHostToDevice,
                          c->stream));
   locate_kernel<<<(nkeys + kThreads - 1) / kThreads, kThreads, 0, c->stream>>>(
-      idx, m, dkeys, nkeys, dpos);
+      idx, m, static_cast<const long long *>(dkeys), nkeys, dpos, nullptr, 0);
   PGS_LAUNCHED();
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, dpos, bytes, &host));
@@ -230,7 +234,8 @@ int count_pair_regions(const pgs_ops_t *ops, const int32_t *idx,
     if (keys_host[j + 1] < keys_host[j]) return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
   // small: 2 * nreg counts, then nreg + 1 positions (read back together),
-  // then the keys (sent through the pinned buffer, past that part).
+  // then the keys (sent through the pinned buffer, past that part, where
+  // there are too many for the kernel's parameters).
   const size_t nk = static_cast<size_t>(nreg) + 1;
   const size_t cnt_bytes = 2 * static_cast<size_t>(nreg) * 8;
   const size_t back = cnt_bytes + nk * 8;
@@ -240,17 +245,29 @@ int count_pair_regions(const pgs_ops_t *ops, const int32_t *idx,
   char *dsmall = static_cast<char *>(c->small.ptr);
   auto *counts = reinterpret_cast<unsigned long long *>(dsmall);
   auto *dpos = reinterpret_cast<long long *>(dsmall + cnt_bytes);
-  auto *dkeys = reinterpret_cast<long long *>(dsmall + key_off);
-  char *pin = static_cast<char *>(c->pinned.ptr);
-  memcpy(pin + key_off, keys_host, nk * 8);
-  PGS_CU(cudaMemcpyAsync(dkeys, pin + key_off, nk * 8, cudaMemcpyHostToDevice,
-                         c->stream));
-  locate_kernel<<<(static_cast<int>(nk) + kThreads - 1) / kThreads, kThreads, 0,
-                  c->stream>>>(idx, m, dkeys, static_cast<int>(nk), dpos);
+  const int grid = (static_cast<int>(nk) + kThreads - 1) / kThreads;
+  // The locate kernel clears the counts the count kernel adds into.
+  const int zero_words = 2 * nreg;
+  if (nk <= static_cast<size_t>(kParamBounds)) {
+    ParamBounds pk{};
+    for (size_t j = 0; j < nk; ++j) pk.b[j] = keys_host[j];
+    locate_kernel<<<grid, kThreads, 0, c->stream>>>(
+        idx, m, pk, static_cast<int>(nk), dpos, counts, zero_words);
+  } else {
+    auto *dkeys = reinterpret_cast<long long *>(dsmall + key_off);
+    char *pin = static_cast<char *>(c->pinned.ptr);
+    memcpy(pin + key_off, keys_host, nk * 8);
+    PGS_CU(cudaMemcpyAsync(dkeys, pin + key_off, nk * 8, cudaMemcpyHostToDevice,
+                           c->stream));
+    locate_kernel<<<grid, kThreads, 0, c->stream>>>(
+        idx, m, static_cast<const long long *>(dkeys), static_cast<int>(nk),
+        dpos, counts, zero_words);
+  }
   PGS_LAUNCHED();
   // The positions ascend within [0, m]: they are the regions' bounds.
   if (nreg > 0)
-    PGS_RETURN_IF(count_regions_launch(c, val, dpos, nreg, thr, m, counts));
+    PGS_RETURN_IF(
+        count_regions_launch(c, val, dpos, nreg, thr, m, counts, true));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, dsmall, back, &host));
   const auto *h = static_cast<const unsigned long long *>(host);

@@ -87,12 +87,15 @@ struct FusedOut {
 // is not finite is rejected, x keeps its old value, and it is counted into
 // *nonfinite), then the selection of the sums. The totals stay on the
 // device at *total: @p total_at, or in the scratch where it is null.
-// @p scratch holds compact_scratch_bytes(n).
+// @p scratch holds compact_scratch_bytes(n). The pass's reset kernel
+// first clears zero[0..zero_words) (the caller's counters, *nonfinite
+// among them), so no memset precedes the pass.
 size_t compact_scratch_bytes(size_t n);
 int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
                              float thr, int32_t *idx, float *val, size_t cap,
                              void *scratch, unsigned long long *nonfinite,
-                             ulonglong2 *total_at, const ulonglong2 **total);
+                             ulonglong2 *total_at, const ulonglong2 **total,
+                             unsigned long long *zero, unsigned zero_words);
 
 // kth_abs of the list accumulate_compact_queue wrote (its length read from
 // *total on the device, at most @p cap) queued without a wait; the answer and
@@ -318,12 +321,21 @@ int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
              double *std);
 
 // select_cuda.cu
+// Region bounds passed by value as a kernel parameter (P < kParamBounds
+// regions): no copy to the device before the kernel.
+constexpr int kParamBounds = 33;
+struct ParamBounds {
+  long long b[kParamBounds];
+  __device__ __forceinline__ long long operator[](int j) const { return b[j]; }
+};
+
 // Queues the per-region counts of x at thr over the device bounds
-// dbounds[0..nreg] into counts[2 * nreg] (zeroed first); @p span bounds
+// dbounds[0..nreg] into counts[2 * nreg] (zeroed first unless @p zeroed: an
+// earlier kernel on the stream cleared them); @p span bounds
 // dbounds[nreg] - dbounds[0] from above (it sizes the grid).
 int count_regions_launch(Ctx *c, const float *x, const long long *dbounds,
                          int nreg, float thr, size_t span,
-                         unsigned long long *counts);
+                         unsigned long long *counts, bool zeroed);
 int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
                   const int64_t *bounds_host, int nreg, float thr,
                   int64_t *n_gt_host, int64_t *n_eq_host);

@@ -18,9 +18,11 @@ constexpr long long kRegionTile =
     static_cast<long long>(kThreads) * kRegionItems;
 
 // Region j of element i: the last j < nreg with bounds[j] <= i (bounds
-// ascend, so that region is not empty and holds i).
-__device__ __forceinline__ int region_of(const long long *bounds, int lo,
-                                         int hi, long long i) {
+// ascend, so that region is not empty and holds i). Bounds: a device
+// pointer, or ParamBounds (the kernel's own parameter).
+template <class Bounds>
+__device__ __forceinline__ int region_of(const Bounds &bounds, int lo, int hi,
+                                         long long i) {
   // Invariant: bounds[lo] <= i, answer in [lo, hi].
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -37,9 +39,9 @@ __device__ __forceinline__ int region_of(const long long *bounds, int lo,
 // into per-thread counters that are flushed (one block reduction, two
 // atomics) only when the region changes; a tile across a boundary counts
 // element by element with atomics (at most nreg - 1 such tiles).
+template <class Bounds>
 __global__ void __launch_bounds__(kThreads)
-    count_regions_kernel(const float *__restrict__ x,
-                         const long long *__restrict__ bounds, int nreg,
+    count_regions_kernel(const float *__restrict__ x, Bounds bounds, int nreg,
                          float thr, unsigned long long *out) {
   using Reduce = cub::BlockReduce<unsigned long long, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
@@ -364,6 +366,23 @@ int queue_radix(Ctx *c, const float *x, size_t n, size_t k, RadixState *st,
   return PGS_OK;
 }
 
+// The per-region counts' kernel over bounds of either kind.
+template <class Bounds>
+int queue_count_regions(Ctx *c, const float *x, const Bounds &bounds, int nreg,
+                        float thr, size_t span, unsigned long long *counts,
+                        bool zeroed) {
+  if (!zeroed)
+    PGS_CU(cudaMemsetAsync(counts, 0, 2 * static_cast<size_t>(nreg) * 8,
+                           c->stream));
+  if (span == 0) return PGS_OK;
+  const unsigned grid =
+      grid_for(c, count_regions_kernel<Bounds>, span, kRegionItems);
+  count_regions_kernel<Bounds>
+      <<<grid, kThreads, 0, c->stream>>>(x, bounds, nreg, thr, counts);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
 }  // namespace
 
 // ---- entry points ---------------------------------------------------------
@@ -391,15 +410,8 @@ int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
 
 int count_regions_launch(Ctx *c, const float *x, const long long *dbounds,
                          int nreg, float thr, size_t span,
-                         unsigned long long *counts) {
-  PGS_CU(
-      cudaMemsetAsync(counts, 0, 2 * static_cast<size_t>(nreg) * 8, c->stream));
-  if (span == 0) return PGS_OK;
-  const unsigned grid = grid_for(c, count_regions_kernel, span, kRegionItems);
-  count_regions_kernel<<<grid, kThreads, 0, c->stream>>>(x, dbounds, nreg, thr,
-                                                         counts);
-  PGS_LAUNCHED();
-  return PGS_OK;
+                         unsigned long long *counts, bool zeroed) {
+  return queue_count_regions(c, x, dbounds, nreg, thr, span, counts, zeroed);
 }
 
 int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
@@ -429,14 +441,25 @@ int count_regions(const pgs_ops_t *ops, const float *x, size_t n,
   PGS_RETURN_IF(ensure_pinned(&c->pinned, bnd_off + bnd_bytes));
   char *dsmall = static_cast<char *>(c->small.ptr);
   auto *counts = reinterpret_cast<unsigned long long *>(dsmall);
-  auto *dbounds = reinterpret_cast<long long *>(dsmall + bnd_off);
-  // Bounds travel through the pinned buffer (past the region read back).
-  char *pin = static_cast<char *>(c->pinned.ptr);
-  memcpy(pin + bnd_off, bounds_host, bnd_bytes);
-  PGS_CU(cudaMemcpyAsync(dbounds, pin + bnd_off, bnd_bytes,
-                         cudaMemcpyHostToDevice, c->stream));
   const size_t total = static_cast<size_t>(bounds_host[nreg] - bounds_host[0]);
-  PGS_RETURN_IF(count_regions_launch(c, x, dbounds, nreg, thr, total, counts));
+  if (nreg < kParamBounds) {
+    // Few regions (a rank's P): the bounds ride in the kernel's parameters,
+    // no copy to the device first.
+    ParamBounds pb{};
+    for (int j = 0; j <= nreg; ++j) pb.b[j] = bounds_host[j];
+    PGS_RETURN_IF(
+        queue_count_regions(c, x, pb, nreg, thr, total, counts, false));
+  } else {
+    // Bounds travel through the pinned buffer (past the region read back).
+    auto *dbounds = reinterpret_cast<long long *>(dsmall + bnd_off);
+    char *pin = static_cast<char *>(c->pinned.ptr);
+    memcpy(pin + bnd_off, bounds_host, bnd_bytes);
+    PGS_CU(cudaMemcpyAsync(dbounds, pin + bnd_off, bnd_bytes,
+                           cudaMemcpyHostToDevice, c->stream));
+    PGS_RETURN_IF(queue_count_regions(c, x,
+                                      static_cast<const long long *>(dbounds),
+                                      nreg, thr, total, counts, false));
+  }
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, counts, cnt_bytes, &host));
   const auto *h = static_cast<const unsigned long long *>(host);

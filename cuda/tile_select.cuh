@@ -227,7 +227,11 @@ __device__ __forceinline__ ulonglong2 unpack_counts(unsigned long long w) {
   return make_ulonglong2(w >> 32, w & 0xffffffffull);
 }
 
-__global__ void tile_state_init_kernel(TileState state, int ntiles);
+// Resets the tile states, and clears zero[0..zero_words): the counters a
+// caller's pass adds into, without a memset of their own.
+__global__ void tile_state_init_kernel(TileState state, int ntiles,
+                                       unsigned long long *zero,
+                                       unsigned zero_words);
 
 // One block per tile, thread t holding the run of kRun consecutive
 // elements tile * kTile + t * kRun + r (the blocked arrangement, as
@@ -295,6 +299,9 @@ struct OnceScratch {
   void *states = nullptr;
   size_t state_bytes = 0;
   ulonglong2 *total = nullptr;
+  // Cleared by the reset kernel before the pass (may be null).
+  unsigned long long *zero = nullptr;
+  unsigned zero_words = 0;
   void carve(Carve &cv, unsigned long long ntiles) {
     (void)TileState::AllocationSize(static_cast<int>(ntiles), state_bytes);
     states = cv.take<char>(state_bytes);
@@ -312,7 +319,7 @@ int tile_select_once(Ctx *c, unsigned long long ntiles, const Op &op,
   TileState state;
   PGS_CU(state.Init(nt, s.states, s.state_bytes));
   tile_state_init_kernel<<<(nt + kThreads - 1) / kThreads, kThreads, 0,
-                           c->stream>>>(state, nt);
+                           c->stream>>>(state, nt, s.zero, s.zero_words);
   PGS_LAUNCHED();
   tile_once_kernel<Op><<<nt, kThreads, 0, c->stream>>>(op, state, nt, s.total);
   PGS_LAUNCHED();

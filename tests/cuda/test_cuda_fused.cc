@@ -177,7 +177,10 @@ TEST_F(CudaFused, ShiftLocateAndSyncCount) {
   EXPECT_TRUE(same(d.host(), idx));
 }
 
-// count_pair_regions against the host table, in one read back.
+// count_pair_regions against the host table, in one read back: keys in the
+// kernel's parameters (up to 33) or copied to the device, and counts that
+// the locate kernel clears (more of them than it has threads at 300), one
+// call after another in the same memory.
 TEST_F(CudaFused, CountPairRegionsMatchesHostInOneWait) {
   for (size_t m : {size_t{0}, size_t{1}, size_t{5000}, size_t{300000}}) {
     std::vector<int32_t> idx = sorted_subset(m * 2 + 1, 1 << 24, 43 + m);
@@ -187,7 +190,7 @@ TEST_F(CudaFused, CountPairRegionsMatchesHostInOneWait) {
     for (size_t j = 3; j < val.size(); j += 19) val[j] = 0.0f;
     Dev<int32_t> di(idx);
     Dev<float> dv(val);
-    for (int nreg : {1, 2, 4, 8}) {
+    for (int nreg : {1, 2, 4, 8, 32, 33, 300, 2}) {
       std::vector<int64_t> keys(static_cast<size_t>(nreg) + 1);
       for (int j = 0; j <= nreg; ++j)
         keys[static_cast<size_t>(j)] = (INT64_C(1) << 24) * j / nreg;

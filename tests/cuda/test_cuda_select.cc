@@ -164,7 +164,9 @@ TEST_F(CudaSelect, CountRegionsMatchesCpu) {
       check_regions(d, x, {0, N}, thr);
       check_regions(d, x, {0, N / 3, N / 3, N / 2, N}, thr);
     }
-    for (int nreg : {1, 8, 300}) {
+    // Up to 32 regions the bounds are the kernel's parameters, from 33 on
+    // they are copied to the device.
+    for (int nreg : {1, 8, 32, 33, 300}) {
       check_regions(d, x, random_bounds(0, N, nreg, 502 + nreg), 0.5f);
       check_regions(d, x, random_bounds(N / 5, N - N / 7, nreg, 503), 0.75f);
     }
