@@ -222,7 +222,15 @@ static int merge_block(pgs_bucket_t *b, pgs_split_t *s, const int32_t *blk,
 static int check_list(pgs_bucket_t *b, pgs_split_t *s) {
   const int64_t keys[2] = {0, pgs_split_len(s, s->rank)};
   int64_t pos[2] = {0, 0};
-  int st = b->ops->locate(b->ops, s->lidx, (size_t)s->lm, keys, 2, pos);
+  int st;
+  if (s->count_nonzero) {
+    /* The nonzero count (|v| > 0) in the same read as the check. */
+    int64_t eq = 0;
+    st = b->ops->count_pair_regions(b->ops, s->lidx, s->lval, (size_t)s->lm,
+                                    keys, 1, 0.0f, pos, &s->lnz, &eq);
+  } else {
+    st = b->ops->locate(b->ops, s->lidx, (size_t)s->lm, keys, 2, pos);
+  }
   if (st != PGS_OK) return st;
   return pos[0] == 0 && pos[1] == s->lm ? PGS_OK : PGS_ERR_INDEX;
 }
@@ -334,8 +342,9 @@ int pgs_split_reduce(pgs_bucket_t *b, pgs_split_t *s) {
   /* Our own contribution first, then sources r-1, r-2, ...: a fixed order. */
   st = reduce_block(b, s, s->sidx + s->off[r], s->sval + s->off[r], s->m[r]);
   if (st != PGS_OK) return st;
-  /* Alone, the list is our own selection: nothing came from a peer. */
-  if (P == 1) return PGS_OK;
+  /* Alone, the list is our own selection: nothing came from a peer (its
+   * nonzeros are still counted: a narrow wire may round a value to 0). */
+  if (P == 1) return s->as_list && s->count_nonzero ? check_list(b, s) : PGS_OK;
   st = post_batch(b, s, 1, 0);
   for (int first = 1, i = 0; first < P && st == PGS_OK; ++i) {
     int next = batch_end(s, first);

@@ -41,6 +41,10 @@ typedef struct pgs_split {
   int32_t *lidx;
   float *lval;
   int64_t lm, lcap;
+  /* List mode with count_nonzero (TopkDSA): the list's nonzero sums, in
+   * lnz, counted in the read that checks the list's indices. */
+  int count_nonzero;
+  int64_t lnz;
   /* Data of the last reduce, at two words per pair: on a narrow wire the
    * real volume is 3/4 of it, so caps computed from it stay conservative. */
   int64_t sent_words, recv_words;

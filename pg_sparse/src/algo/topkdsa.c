@@ -3,7 +3,8 @@
  * reduce on static equal regions, then an allgather of every reduced nonzero,
  * or of the dense regions when the union of picks exceeds n/3 (then dense is
  * cheaper). The residual is cleared at the local top-k: all of it reaches the
- * output. */
+ * output. The own region is reduced as a sorted pair list (the split's list
+ * mode), so nothing but the dense gather reads all of it. */
 #include <stdlib.h>
 
 #include "algo/split.h"
@@ -18,6 +19,8 @@ static int topkdsa_init(pgs_bucket_t *b) {
   b->algo_state = s;
   int st = pgs_split_init(&s->split, b->rank, b->size);
   if (st == PGS_OK) pgs_split_equal_bounds(&s->split, (int64_t)b->n);
+  s->split.as_list = 1;
+  s->split.count_nonzero = 1;
   return st;
 }
 
@@ -31,11 +34,18 @@ static void topkdsa_fini(pgs_bucket_t *b) {
 
 /* Every rank's reduced region, in place in out: regions are contiguous. On
  * a narrow wire the regions travel rounded, each owner keeping its
- * rounding error in its residual. */
+ * rounding error in its residual. The own region is made dense from the
+ * reduced list first. */
 static int gather_dense(pgs_bucket_t *b, pgs_split_t *sp, float *out) {
   const pgs_ops_t *ops = b->ops;
   const size_t w = pgs_wire_bytes(b);
   const int64_t mine = pgs_split_len(sp, b->rank);
+  int st = pgs_buf_reserve(ops, &sp->red, (size_t)mine * 4);
+  if (st == PGS_OK) st = ops->fill_zero(ops, sp->red.ptr, (size_t)mine * 4);
+  if (st == PGS_OK)
+    st = ops->scatter_add_sorted(ops, sp->red.ptr, (size_t)mine, sp->lidx,
+                                 sp->lval, (size_t)sp->lm, 1.0f);
+  if (st != PGS_OK) return st;
   size_t *bytes = b->host_bytes, *displs = b->host_bytes + b->size;
   for (int j = 0; j < b->size; ++j) {
     bytes[j] = (size_t)pgs_split_len(sp, j) * w;
@@ -43,7 +53,6 @@ static int gather_dense(pgs_bucket_t *b, pgs_split_t *sp, float *out) {
   }
   const void *send = sp->red.ptr;
   void *recv = out;
-  int st = PGS_OK;
   if (pgs_wire_narrow(b)) {
     st = pgs_buf_reserve(ops, &b->wire_send, (size_t)mine * w);
     if (st == PGS_OK) st = pgs_buf_reserve(ops, &b->wire_recv, b->n * w);
@@ -68,11 +77,13 @@ static int gather_sparse(pgs_bucket_t *b, pgs_split_t *sp, int64_t mine,
   const pgs_ops_t *ops = b->ops;
   int st = pgs_buf_reserve(ops, &b->pairs, (size_t)mine * 8);
   if (st != PGS_OK) return st;
-  /* mine nonzeros were counted: a planned selection (ops.h). */
-  st =
-      ops->compact(ops, sp->red.ptr, (size_t)pgs_split_len(sp, b->rank), 0.0f,
-                   0, (int32_t)sp->bounds[b->rank], pgs_block_idx(b->pairs.ptr),
-                   pgs_block_val(b->pairs.ptr, mine), (size_t)mine, NULL);
+  int32_t *idx = pgs_block_idx(b->pairs.ptr);
+  /* mine nonzeros were counted: a planned selection (ops.h); threshold 0
+   * takes every nonzero and no zero. */
+  st = ops->select_pairs(ops, sp->lidx, sp->lval, (size_t)sp->lm, 0.0f, 0, idx,
+                         pgs_block_val(b->pairs.ptr, mine), (size_t)mine, NULL);
+  if (st == PGS_OK && mine > 0)
+    st = ops->shift_idx(ops, idx, (size_t)mine, -(int32_t)sp->bounds[b->rank]);
   if (st != PGS_OK) return st;
   int64_t total = 0;
   /* These are sums over ranks: their owner keeps the rounding. */
@@ -115,11 +126,8 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
 
   pgs_phase_enter(b, PGS_PHASE_GATHER);
-  const int64_t zero_bounds[2] = {0, pgs_split_len(sp, b->rank)};
-  int64_t mine = 0, eq = 0;
-  st = b->ops->count_regions(b->ops, sp->red.ptr, (size_t)zero_bounds[1],
-                             zero_bounds, 1, 0.0f, &mine, &eq);
-  if (st != PGS_OK) return st;
+  /* The reduced list's nonzeros, counted with the reduce's check. */
+  const int64_t mine = sp->lnz;
   int64_t uni = mine;
   st = pgs_comm_allreduce_host(b->comm, &uni, 1, PGS_INT64, PGS_SUM);
   if (st != PGS_OK) return st;
