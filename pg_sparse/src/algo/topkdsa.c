@@ -103,8 +103,10 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   float thr = 0.0f;
   int64_t n_gt = 0, n_eq = 0, m = 0, capped = 0, quota = 0;
   if (exact) {
-    /* Exactly k: the k-th |x| and a quota of its ties. */
-    st = pgs_cand_threshold(b, c, &thr, &quota, &n_gt);
+    /* Exactly k (or every nonzero when fewer): the k-th |x| and a quota of
+     * its ties. */
+    int64_t picks = 0;
+    st = pgs_cand_threshold(b, c, &thr, &quota, &picks);
   } else {
     /* An estimated threshold: every entry at or above it, [k/2, 2k]. */
     st = pgs_banded_threshold(b, b->resid, &thr, &n_gt, &n_eq);
