@@ -211,6 +211,14 @@ static inline float *pgs_block_val(void *base, int64_t m) {
 
 /* --- the candidate list (cand.c) ---------------------------------------- */
 
+/** Whether SparseState(estimator=...) guesses the local threshold of an
+ *  algorithm whose own selection is exact (Ok-Topk, TopkDSA): not for the
+ *  default or exact, which take the exact top-k (from the list). */
+static inline int pgs_est_guesses(const pgs_bucket_t *b) {
+  return b->cfg.estimator != PGS_EST_DEFAULT &&
+         b->cfg.estimator != PGS_EST_EXACT;
+}
+
 /** Threshold unknown, slack from PG_SPARSE_OKTOPK_CAND_SLACK. */
 int pgs_cand_init(pgs_cand_t *c);
 void pgs_cand_fini(pgs_cand_t *c, const pgs_ops_t *ops);

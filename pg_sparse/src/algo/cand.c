@@ -90,6 +90,7 @@ int pgs_cand_threshold(pgs_bucket_t *b, pgs_cand_t *c, float *thr,
   *quota = *thr > 0.0f ? b->k - n_gt : 0;
   *count = *thr > 0.0f ? b->k : n_gt;
   c->thr = *thr;
+  b->stats.candidates = c->ok;
   b->stats.local_recomputed = 1;
   b->stats.local_threshold = *thr;
   return PGS_OK;
@@ -115,6 +116,5 @@ int pgs_cand_topk(pgs_bucket_t *b, pgs_cand_t *c, const float *grad, void *dst,
   if (st != PGS_OK) return st;
   *m = count;
   b->stats.local_selected = count;
-  b->stats.candidates = c->ok;
   return PGS_OK;
 }

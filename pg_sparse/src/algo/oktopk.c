@@ -123,13 +123,6 @@ static int repartition(pgs_bucket_t *b, oktopk_state_t *s, const pgs_cand_t *c,
   return PGS_OK;
 }
 
-/* Whether an estimator guesses the local threshold (SparseState(estimator=
- * ...)); Ok-Topk's own selection (the default) is exact from its list. */
-static int guessing(const pgs_bucket_t *b) {
-  return b->cfg.estimator != PGS_EST_DEFAULT &&
-         b->cfg.estimator != PGS_EST_EXACT;
-}
-
 /* The local threshold, exact on every call: the k-th largest |acc| and the
  * ties to take in index order (*quota), from the candidate list or a radix
  * select over n, which give the same answer. (The reference reuses the local
@@ -138,12 +131,11 @@ static int guessing(const pgs_bucket_t *b) {
  * its guess corrected toward [k/2, 2k] picks (then exact), and every entry
  * at the threshold is taken. */
 static int local_threshold(pgs_bucket_t *b, float *thr, int64_t *quota) {
-  if (!guessing(b)) {
+  if (!pgs_est_guesses(b)) {
     int64_t count = 0;
     return pgs_cand_threshold(b, &b->cand, thr, quota, &count);
   }
   int64_t n_gt = 0, n_eq = 0;
-  b->cand.ok = 0;
   *quota = -1;
   int st = pgs_banded_threshold(b, b->resid, thr, &n_gt, &n_eq);
   if (st != PGS_OK) return st;
@@ -156,12 +148,11 @@ static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   oktopk_state_t *s = b->algo_state;
   const int64_t sparse_step = b->step - b->cfg.warmup_steps;
   const pgs_cand_t *c = &b->cand;
-  int st = pgs_cand_accumulate(b, &b->cand, grad, !guessing(b));
+  int st = pgs_cand_accumulate(b, &b->cand, grad, !pgs_est_guesses(b));
   float thr = 0.0f;
   int64_t quota = 0;
   if (st == PGS_OK) st = local_threshold(b, &thr, &quota);
   if (st != PGS_OK) return st;
-  b->stats.candidates = c->ok;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
   if (sparse_step % b->cfg.tau == 0 || !s->have_bounds) {

@@ -96,8 +96,8 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   topkdsa_state_t *s = b->algo_state;
   pgs_split_t *sp = &s->split;
   pgs_cand_t *c = &b->cand;
-  const int exact =
-      b->cfg.estimator == PGS_EST_DEFAULT || b->cfg.estimator == PGS_EST_EXACT;
+  const int exact = !pgs_est_guesses(b);
+  /* Without a list (an estimator's guess) c->ok stays 0. */
   int st = pgs_cand_accumulate(b, c, grad, exact);
   if (st != PGS_OK) return st;
   float thr = 0.0f;
@@ -113,7 +113,7 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
     quota = -1;
   }
   if (st != PGS_OK) return st;
-  if (exact && c->ok)
+  if (c->ok)
     st = pgs_split_select_pairs(b, sp, c->idx, c->val, c->m, thr, quota, -1, &m,
                                 &capped);
   else
@@ -121,7 +121,6 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   if (st != PGS_OK) return st;
   b->stats.local_selected = m;
   b->stats.local_threshold = thr;
-  b->stats.candidates = exact && c->ok;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
   st = pgs_split_reduce(b, sp);
