@@ -30,7 +30,7 @@ constexpr uint32_t kChannelSpan = 1u << 29;
 
 struct InnerComm {
   c10::intrusive_ptr<c10d::Backend> inner;
-  int size = 1;
+  int rank = 0, size = 1;
   uint32_t channel = 0;  // 0 or 1: its tags' range
   // Per-peer message counters: the n-th message between two ranks gets the
   // same tag on both sides, so messages match even when several go to one
@@ -87,22 +87,25 @@ int guarded(F&& fn) {
   return timeout ? PGS_ERR_TIMEOUT : PGS_ERR_COMM;
 }
 
+// Posts the receives, then the sends, of one batch into @p works.
+void post(InnerComm* c, const pgs_msg_t* sends, int ns, const pgs_msg_t* recvs,
+          int nr, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  for (int i = 0; i < nr; ++i) {
+    std::vector<at::Tensor> t{bytes_of(recvs[i].buf, recvs[i].bytes)};
+    works.push_back(c->inner->recv(t, recvs[i].peer,
+                                   next_tag(c, c->recv_seq[recvs[i].peer])));
+  }
+  for (int i = 0; i < ns; ++i) {
+    std::vector<at::Tensor> t{bytes_of(sends[i].buf, sends[i].bytes)};
+    works.push_back(c->inner->send(t, sends[i].peer,
+                                   next_tag(c, c->send_seq[sends[i].peer])));
+  }
+}
+
 int exchange_start(void* impl, const pgs_msg_t* sends, int ns,
                    const pgs_msg_t* recvs, int nr, int slot) {
   InnerComm* c = self(impl);
-  return guarded([&] {
-    auto& works = c->slots[slot];
-    for (int i = 0; i < nr; ++i) {
-      std::vector<at::Tensor> t{bytes_of(recvs[i].buf, recvs[i].bytes)};
-      works.push_back(c->inner->recv(t, recvs[i].peer,
-                                     next_tag(c, c->recv_seq[recvs[i].peer])));
-    }
-    for (int i = 0; i < ns; ++i) {
-      std::vector<at::Tensor> t{bytes_of(sends[i].buf, sends[i].bytes)};
-      works.push_back(c->inner->send(t, sends[i].peer,
-                                     next_tag(c, c->send_seq[sends[i].peer])));
-    }
-  });
+  return guarded([&] { post(c, sends, ns, recvs, nr, c->slots[slot]); });
 }
 
 int exchange_wait(void* impl, int slot) {
@@ -115,24 +118,30 @@ int exchange_wait(void* impl, int slot) {
   return st;
 }
 
-// gloo's allgather wants equal sizes: pad every block to the largest.
+// Every block goes straight to every peer and lands in place: one round of
+// messages. gloo's ring allgather takes P - 1 steps, each waiting for a
+// neighbour's thread to run (on oversubscribed cores a time slice apiece),
+// and wants every block padded to the largest, then copied out. The bytes
+// each rank sends and receives are the ring's.
 int allgatherv(void* impl, const void* send, size_t send_bytes, void* recv,
                const size_t* recv_bytes, const size_t* displs) {
   InnerComm* c = self(impl);
-  size_t most = 0;
-  for (int r = 0; r < c->size; ++r) most = std::max(most, recv_bytes[r]);
-  if (most == 0) return PGS_OK;
+  auto* dst = static_cast<char*>(recv);
+  std::vector<pgs_msg_t> sends, recvs;
+  for (int j = 0; j < c->size; ++j) {
+    if (j == c->rank) continue;
+    if (send_bytes > 0)
+      sends.push_back(pgs_msg_t{j, const_cast<void*>(send), send_bytes});
+    if (recv_bytes[j] > 0)
+      recvs.push_back(pgs_msg_t{j, dst + displs[j], recv_bytes[j]});
+  }
+  if (send_bytes > 0 && dst + displs[c->rank] != send)
+    std::memmove(dst + displs[c->rank], send, send_bytes);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   return guarded([&] {
-    at::Tensor mine = at::zeros({static_cast<int64_t>(most)}, at::kByte);
-    std::memcpy(mine.data_ptr(), send, send_bytes);
-    // gloo splits a flat output into size chunks of the input's shape.
-    at::Tensor all =
-        at::empty({c->size * static_cast<int64_t>(most)}, at::kByte);
-    c->inner->_allgather_base(all, mine)->wait();
-    auto* dst = static_cast<char*>(recv);
-    const auto* src = static_cast<const char*>(all.data_ptr());
-    for (int r = 0; r < c->size; ++r)
-      std::memcpy(dst + displs[r], src + r * most, recv_bytes[r]);
+    post(c, sends.data(), static_cast<int>(sends.size()), recvs.data(),
+         static_cast<int>(recvs.size()), works);
+    for (auto& w : works) w->wait();
   });
 }
 
@@ -175,13 +184,10 @@ int allgather_host(void* impl, const int64_t* send, size_t count,
                    int64_t* recv) {
   if (count == 0) return PGS_OK;
   InnerComm* c = self(impl);
-  return guarded([&] {
-    at::Tensor in = at::from_blob(const_cast<int64_t*>(send),
-                                  {static_cast<int64_t>(count)}, at::kLong);
-    at::Tensor out =
-        at::from_blob(recv, {static_cast<int64_t>(count) * c->size}, at::kLong);
-    c->inner->_allgather_base(out, in)->wait();
-  });
+  const size_t block = count * sizeof(int64_t);
+  std::vector<size_t> bytes(c->size, block), displs(c->size);
+  for (int j = 0; j < c->size; ++j) displs[j] = block * j;
+  return allgatherv(impl, send, block, recv, bytes.data(), displs.data());
 }
 
 int barrier(void* impl) {
@@ -308,6 +314,7 @@ pgs_comm_t* make_comm(const c10::intrusive_ptr<c10d::Backend>& inner, int rank,
                       uint32_t channel, const char* what) {
   auto* c = new InnerComm;
   c->inner = inner;
+  c->rank = rank;
   c->size = size;
   c->channel = channel;
   c->send_seq.assign(size, 0);
