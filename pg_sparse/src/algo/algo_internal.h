@@ -251,8 +251,8 @@ int pgs_cand_topk(pgs_bucket_t *b, pgs_cand_t *c, const float *grad, void *dst,
 int pgs_allgather_blocks(pgs_bucket_t *b, void *send, int64_t m, float *keep,
                          int64_t *total);
 
-/** out = 0, then add every block of b->recv (counts in b->host_counts) in
- *  rank order, then scale by 1/P. */
+/** out = 0, then add every block of b->recv (counts in b->host_counts),
+ *  each value times 1/P, in rank order. */
 int pgs_apply_blocks(pgs_bucket_t *b, float *out);
 
 /** The allgather algorithms' finish (topka, gaussiank): allgather the m
