@@ -40,8 +40,9 @@ def make_model(dev: torch.device) -> nn.Module:
     return nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(6)]).to(dev)
 
 
-def wrap(method: str, dev: torch.device, nccl: Any, density: float) -> nn.Module:
-    """The model as ``method`` trains it."""
+def wrap(method: str, dev: torch.device, nccl: Any, density: float,
+         bucket_cap_mb: float) -> nn.Module:
+    """The model as ``method`` trains it (DDP with buckets of ``bucket_cap_mb``)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
@@ -49,7 +50,8 @@ def wrap(method: str, dev: torch.device, nccl: Any, density: float) -> nn.Module
     if method == "compute":
         return model
     group = nccl if method in ("nccl", "bf16", "powersgd") else None
-    ddp = DDP(model, device_ids=[dev.index], process_group=group)
+    ddp = DDP(model, device_ids=[dev.index], process_group=group,
+              bucket_cap_mb=bucket_cap_mb)
     if method == "bf16":
         ddp.register_comm_hook(nccl, default_hooks.bf16_compress_hook)
     elif method == "powersgd":
@@ -132,6 +134,9 @@ def main() -> int:
     ap.add_argument("--density", type=float, default=0.01)
     ap.add_argument("--repeats", type=int, default=3,
                     help="rounds over all methods (interleaved against drift)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                    help="DDP's bucket_cap_mb for every method (25: DDP's default, 4 "
+                    "buckets of this model; 100 or more: one)")
     ap.add_argument("--trace", action="store_true",
                     help="also write Ok-Topk's Chrome trace (hook_trace_oktopk.json)")
     args = ap.parse_args()
@@ -143,7 +148,8 @@ def main() -> int:
     x = torch.randn(256, 2048, device=dev)
     methods = ["compute", "nccl", "bf16", "powersgd", *SPARSE]
     times: dict[str, list[float]] = {m: [] for m in methods}
-    steps = {m: stepper(wrap(m, dev, nccl, args.density), x) for m in methods}
+    steps = {m: stepper(wrap(m, dev, nccl, args.density, args.bucket_cap_mb), x)
+             for m in methods}
     for _ in range(args.repeats):
         for m in methods:
             times[m] += time_steps(steps[m], args.warmup, args.steps)
@@ -163,14 +169,16 @@ def main() -> int:
                      "max_ms": t[-1] * 1e3, "vs_nccl_ms": med[m] - med["nccl"],
                      **({f"prof_{k}": v for k, v in prof[m].items()} if m in prof else {})})
     doc = {"card": card, "torch": torch.__version__, "world_size": dist.get_world_size(),
-           "density": args.density, "steps": args.steps, "repeats": args.repeats,
+           "density": args.density, "bucket_cap_mb": args.bucket_cap_mb,
+           "steps": args.steps, "repeats": args.repeats,
            "rows": rows}
     if dist.get_rank() == 0:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "bench_hook.json").write_text(json.dumps(doc, indent=1))
         print(f"card: {card}; torch {torch.__version__}; world size "
               f"{dist.get_world_size()}; 6 x Linear(2048, 2048), batch 256; density "
-              f"{args.density}; median of {args.repeats} x {args.steps} steps")
+              f"{args.density}; bucket_cap_mb {args.bucket_cap_mb}; median of "
+              f"{args.repeats} x {args.steps} steps")
         print("| method | step ms (median) | min-max | added vs NCCL DDP (ms) | "
               "launches/step | memcpy/step | syncs/step | host ms in launches / "
               "copies / syncs / host functions |")
