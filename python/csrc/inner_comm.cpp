@@ -127,18 +127,18 @@ int allgatherv(void* impl, const void* send, size_t send_bytes, void* recv,
                const size_t* recv_bytes, const size_t* displs) {
   InnerComm* c = self(impl);
   auto* dst = static_cast<char*>(recv);
-  std::vector<pgs_msg_t> sends, recvs;
-  for (int j = 0; j < c->size; ++j) {
-    if (j == c->rank) continue;
-    if (send_bytes > 0)
-      sends.push_back(pgs_msg_t{j, const_cast<void*>(send), send_bytes});
-    if (recv_bytes[j] > 0)
-      recvs.push_back(pgs_msg_t{j, dst + displs[j], recv_bytes[j]});
-  }
-  if (send_bytes > 0 && dst + displs[c->rank] != send)
-    std::memmove(dst + displs[c->rank], send, send_bytes);
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   return guarded([&] {
+    std::vector<pgs_msg_t> sends, recvs;
+    for (int j = 0; j < c->size; ++j) {
+      if (j == c->rank) continue;
+      if (send_bytes > 0)
+        sends.push_back(pgs_msg_t{j, const_cast<void*>(send), send_bytes});
+      if (recv_bytes[j] > 0)
+        recvs.push_back(pgs_msg_t{j, dst + displs[j], recv_bytes[j]});
+    }
+    if (send_bytes > 0 && dst + displs[c->rank] != send)
+      std::memmove(dst + displs[c->rank], send, send_bytes);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
     post(c, sends.data(), static_cast<int>(sends.size()), recvs.data(),
          static_cast<int>(recvs.size()), works);
     for (auto& w : works) w->wait();
@@ -185,9 +185,17 @@ int allgather_host(void* impl, const int64_t* send, size_t count,
   if (count == 0) return PGS_OK;
   InnerComm* c = self(impl);
   const size_t block = count * sizeof(int64_t);
-  std::vector<size_t> bytes(c->size, block), displs(c->size);
-  for (int j = 0; j < c->size; ++j) displs[j] = block * j;
-  return allgatherv(impl, send, block, recv, bytes.data(), displs.data());
+  std::vector<size_t> layout;  // bytes, then displacements
+  int st = guarded([&] {
+    layout.resize(2 * static_cast<size_t>(c->size));
+    for (int j = 0; j < c->size; ++j) {
+      layout[j] = block;
+      layout[c->size + j] = block * j;
+    }
+  });
+  if (st != PGS_OK) return st;
+  return allgatherv(impl, send, block, recv, layout.data(),
+                    layout.data() + c->size);
 }
 
 int barrier(void* impl) {
