@@ -37,6 +37,12 @@ struct InnerComm {
   // peer.
   std::vector<uint32_t> send_seq, recv_seq;
   std::vector<c10::intrusive_ptr<c10d::Work>> slots[PGS_COMM_SLOTS];
+  // The allgather's scratch, sized at creation so a call allocates nothing
+  // of its own: its messages (sends, then receives, size each), the layout
+  // of allgather_host (bytes, then displacements) and its pending Works.
+  std::vector<pgs_msg_t> gather_msgs;
+  std::vector<size_t> gather_layout;
+  std::vector<c10::intrusive_ptr<c10d::Work>> gather_works;
 };
 
 InnerComm* self(void* impl) { return static_cast<InnerComm*>(impl); }
@@ -127,22 +133,26 @@ int allgatherv(void* impl, const void* send, size_t send_bytes, void* recv,
                const size_t* recv_bytes, const size_t* displs) {
   InnerComm* c = self(impl);
   auto* dst = static_cast<char*>(recv);
-  return guarded([&] {
-    std::vector<pgs_msg_t> sends, recvs;
-    for (int j = 0; j < c->size; ++j) {
-      if (j == c->rank) continue;
-      if (send_bytes > 0)
-        sends.push_back(pgs_msg_t{j, const_cast<void*>(send), send_bytes});
-      if (recv_bytes[j] > 0)
-        recvs.push_back(pgs_msg_t{j, dst + displs[j], recv_bytes[j]});
-    }
-    if (send_bytes > 0 && dst + displs[c->rank] != send)
-      std::memmove(dst + displs[c->rank], send, send_bytes);
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    post(c, sends.data(), static_cast<int>(sends.size()), recvs.data(),
-         static_cast<int>(recvs.size()), works);
+  pgs_msg_t* sends = c->gather_msgs.data();
+  pgs_msg_t* recvs = sends + c->size;
+  int ns = 0, nr = 0;
+  for (int j = 0; j < c->size; ++j) {
+    if (j == c->rank) continue;
+    if (send_bytes > 0)
+      sends[ns++] = pgs_msg_t{j, const_cast<void*>(send), send_bytes};
+    if (recv_bytes[j] > 0)
+      recvs[nr++] = pgs_msg_t{j, dst + displs[j], recv_bytes[j]};
+  }
+  if (send_bytes > 0 && dst + displs[c->rank] != send)
+    std::memmove(dst + displs[c->rank], send, send_bytes);
+  auto& works = c->gather_works;
+  works.clear();
+  int st = guarded([&] {
+    post(c, sends, ns, recvs, nr, works);
     for (auto& w : works) w->wait();
   });
+  works.clear();
+  return st;
 }
 
 int allreduce(void* impl, void* buf, size_t count, pgs_dtype_t dtype,
@@ -185,17 +195,13 @@ int allgather_host(void* impl, const int64_t* send, size_t count,
   if (count == 0) return PGS_OK;
   InnerComm* c = self(impl);
   const size_t block = count * sizeof(int64_t);
-  std::vector<size_t> layout;  // bytes, then displacements
-  int st = guarded([&] {
-    layout.resize(2 * static_cast<size_t>(c->size));
-    for (int j = 0; j < c->size; ++j) {
-      layout[j] = block;
-      layout[c->size + j] = block * j;
-    }
-  });
-  if (st != PGS_OK) return st;
-  return allgatherv(impl, send, block, recv, layout.data(),
-                    layout.data() + c->size);
+  size_t* bytes = c->gather_layout.data();
+  size_t* displs = bytes + c->size;
+  for (int j = 0; j < c->size; ++j) {
+    bytes[j] = block;
+    displs[j] = block * j;
+  }
+  return allgatherv(impl, send, block, recv, bytes, displs);
 }
 
 int barrier(void* impl) {
@@ -325,6 +331,9 @@ pgs_comm_t* make_comm(const c10::intrusive_ptr<c10d::Backend>& inner, int rank,
   c->rank = rank;
   c->size = size;
   c->channel = channel;
+  c->gather_msgs.resize(2 * static_cast<size_t>(size));
+  c->gather_layout.resize(2 * static_cast<size_t>(size));
+  c->gather_works.reserve(2 * static_cast<size_t>(size));
   c->send_seq.assign(size, 0);
   c->recv_seq.assign(size, 0);
   pgs_comm_t* comm = nullptr;
