@@ -454,7 +454,7 @@ int64_t steady_calls(pgs_algo_id_t algo, int P, bool dense_gather) {
     case PGS_ALGO_GAUSSIANK: return 2;
     case PGS_ALGO_TOPKDSA: return 2 + B + (dense_gather ? 1 : 2);
     case PGS_ALGO_GTOPK: return 2 * (2 + log2p) + 1;  // swaps, values
-    case PGS_ALGO_OKTOPK: return 5 + B;  // counts, B, info, balance, 2 gathers
+    case PGS_ALGO_OKTOPK: return 4 + B;  // counts, B, info, balance, gather
     default: return -1;
   }
 }

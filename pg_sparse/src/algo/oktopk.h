@@ -1,7 +1,7 @@
 /* Ok-Topk (Li & Hoefler, PPoPP'22): shared state of its two files.
  * oktopk.c: local selection, repartition, phase 1 (split and reduce);
  * oktopk_gather.c: phase 2 (global selection, volume cap, balance,
- * allgatherv), output and residual. */
+ * allgather), output and residual. */
 #ifndef PGS_ALGO_OKTOPK_H
 #define PGS_ALGO_OKTOPK_H
 
@@ -15,15 +15,14 @@ typedef struct oktopk_state {
   float nudge_up;       /* PG_SPARSE_OKTOPK_NUDGE_UP */
   pgs_buf_t tmp;        /* full local selection at repartition */
   pgs_buf_t gidx, gval; /* this region's global picks, global indices */
-  pgs_buf_t bidx, bval; /* balanced share of G */
-  pgs_buf_t aidx, aval; /* all of G, ascending */
-  /* On a narrow wire: the values of gval, bval and aval as they travel. */
-  pgs_buf_t gwire, bwire, awire;
+  pgs_buf_t aidx, aval; /* all of G, ascending; balance lands shares here */
+  /* On a narrow wire: the values of gval and aval as they travel. */
+  pgs_buf_t gwire, awire;
   int64_t *info;   /* 3P host: per rank (picks, phase-1 sent, recv) */
   int64_t *held;   /* P host: picks per region after the cap */
   int64_t *cuts;   /* P host */
   int64_t *hist;   /* PGS_HIST_BINS host */
-  pgs_msg_t *msgs; /* 4P host: balance messages */
+  pgs_msg_t *msgs; /* 4P host: balance and gather messages */
 } oktopk_state_t;
 
 /** A reused threshold drifts with the gradients; as in the reference code,

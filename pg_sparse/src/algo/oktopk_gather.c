@@ -6,7 +6,8 @@
  * picks outside [k/2, 2k], decided on the allgathered counts so every rank
  * agrees. Each rank then holds its region's picks; they are rebalanced so
  * rank j holds floor(T/P) or ceil(T/P) of them in global order, and
- * allgathered. Output v/P at G; residual cleared at L intersect G.
+ * allgathered (one exchange of indices and values). Output v/P at G;
+ * residual cleared at L intersect G.
  *
  * Volume cap: every rank knows every rank's pick count and phase-1 volume,
  * so all compute the same largest per-region cap C that keeps each rank's
@@ -163,27 +164,40 @@ static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   return st;
 }
 
+/* Room for all of G: indices in s->aidx, values in s->aval (and as they
+ * travel in s->awire on a narrow wire). */
+static int reserve_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
+  const pgs_ops_t *ops = b->ops;
+  int st = pgs_buf_reserve(ops, &s->aidx, (size_t)T * 4);
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->aval, (size_t)T * 4);
+  if (st == PGS_OK && pgs_wire_narrow(b))
+    st = pgs_buf_reserve(ops, &s->awire, (size_t)T * pgs_wire_bytes(b));
+  return st;
+}
+
+/* The values of G as they travel: s->awire on a narrow wire, else s->aval. */
+static char *all_values(const pgs_bucket_t *b, const oktopk_state_t *s) {
+  return pgs_wire_narrow(b) ? s->awire.ptr : s->aval.ptr;
+}
+
 /* Move picks between ranks so rank j holds share(T, P, j) of them in global
- * order, into s->bidx and s->bval (s->bwire on a narrow wire). Messages
- * carry indices and values separately so they land in place. @p held[j] is
- * rank j's pick count after the cap. */
+ * order, straight into its place in G (s->aidx and the values), where the
+ * allgather sends them from. Messages carry indices and values separately
+ * so they land in place. @p held[j] is rank j's pick count after the cap. */
 static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
                    int64_t T) {
   const pgs_ops_t *ops = b->ops;
   const int P = b->size, r = b->rank;
   const size_t w = pgs_wire_bytes(b);
-  int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
-  pgs_buf_t *bvals = pgs_wire_narrow(b) ? &s->bwire : &s->bval;
-  int st = pgs_buf_reserve(ops, &s->bidx, (size_t)mine * 4);
-  if (st == PGS_OK) st = pgs_buf_reserve(ops, bvals, (size_t)mine * w);
-  if (st != PGS_OK) return st;
-  int32_t *gi = s->gidx.ptr, *bi = s->bidx.ptr;
+  const int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
+  int32_t *gi = s->gidx.ptr, *bi = (int32_t *)s->aidx.ptr + my0;
   char *gv = pgs_wire_narrow(b) ? s->gwire.ptr : s->gval.ptr;
-  char *bv = bvals->ptr;
+  char *bv = all_values(b, s) + my0 * w;
   pgs_msg_t *sends = s->msgs, *recvs = s->msgs + 2 * P;
   int ns = 0, nr = 0;
   int64_t h0 = 0; /* global position of rank j's first pick */
   int64_t me0 = 0;
+  int st = PGS_OK;
   for (int j = 0; j < r; ++j) me0 += held[j];
   for (int j = 0; j < P; ++j) {
     int64_t t0 = share_start(T, P, j), t1 = t0 + share(T, P, j);
@@ -214,35 +228,33 @@ static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
   return pgs_comm_exchange(b->comm, sends, ns, recvs, nr);
 }
 
-/* Allgather of the shares of @p vsize bytes per entry from @p send. */
-static int gather_shares(pgs_bucket_t *b, int64_t T, size_t vsize,
-                         const void *send, void *recv) {
-  const int P = b->size;
-  size_t *bytes = b->host_bytes, *displs = b->host_bytes + P;
-  for (int j = 0; j < P; ++j) {
-    bytes[j] = (size_t)share(T, P, j) * vsize;
-    displs[j] = (size_t)share_start(T, P, j) * vsize;
-  }
-  return pgs_comm_allgatherv(b->comm, send, bytes[b->rank], recv, bytes,
-                             displs);
-}
-
-/* Allgather of the balanced shares: G ascending in s->aidx/aval. */
+/* Allgather of the balanced shares, in place in G: every rank sends its
+ * share's indices and values to every peer in one exchange (one round, where
+ * two allgathervs made two), so G lies ascending in s->aidx and s->aval. */
 static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
-  const pgs_ops_t *ops = b->ops;
-  const int narrow = pgs_wire_narrow(b);
+  const int P = b->size, r = b->rank;
   const size_t w = pgs_wire_bytes(b);
-  int st = pgs_buf_reserve(ops, &s->aidx, (size_t)T * 4);
-  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->aval, (size_t)T * 4);
-  if (st == PGS_OK && narrow)
-    st = pgs_buf_reserve(ops, &s->awire, (size_t)T * w);
-  if (st == PGS_OK) st = gather_shares(b, T, 4, s->bidx.ptr, s->aidx.ptr);
-  if (st != PGS_OK) return st;
-  if (!narrow) return gather_shares(b, T, 4, s->bval.ptr, s->aval.ptr);
-  st = gather_shares(b, T, w, s->bwire.ptr, s->awire.ptr);
-  if (st != PGS_OK) return st;
-  return ops->from_wire(ops, s->awire.ptr, (size_t)T, b->cfg.wire_dtype,
-                        s->aval.ptr);
+  int32_t *ai = s->aidx.ptr;
+  char *av = all_values(b, s);
+  pgs_msg_t *sends = s->msgs, *recvs = s->msgs + 2 * P;
+  int ns = 0, nr = 0;
+  const int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
+  for (int j = 0; j < P; ++j) {
+    const int64_t t = share(T, P, j), t0 = share_start(T, P, j);
+    if (j == r) continue;
+    if (mine > 0) {
+      sends[ns++] = (pgs_msg_t){j, ai + my0, (size_t)mine * 4};
+      sends[ns++] = (pgs_msg_t){j, av + my0 * w, (size_t)mine * w};
+    }
+    if (t > 0) {
+      recvs[nr++] = (pgs_msg_t){j, ai + t0, (size_t)t * 4};
+      recvs[nr++] = (pgs_msg_t){j, av + t0 * w, (size_t)t * w};
+    }
+  }
+  int st = pgs_comm_exchange(b->comm, sends, ns, recvs, nr);
+  if (st != PGS_OK || !pgs_wire_narrow(b)) return st;
+  return b->ops->from_wire(b->ops, s->awire.ptr, (size_t)T, b->cfg.wire_dtype,
+                           s->aval.ptr);
 }
 
 /* Narrow wire: this region's picks rounded to the wire (into s->gwire);
@@ -294,6 +306,7 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   }
   if (s->held[b->rank] != c) return PGS_ERR_INVALID; /* ops broke contract */
   st = round_picks(b, s, c);
+  if (st == PGS_OK) st = reserve_all(b, s, T);
   if (st == PGS_OK) st = balance(b, s, s->held, T);
   if (st == PGS_OK) st = gather_all(b, s, T);
   if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
