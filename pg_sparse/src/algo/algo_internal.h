@@ -317,4 +317,12 @@ int pgs_guess_before_add(pgs_bucket_t *b, const float *grad, float *thr);
 /** Monotonic clock in seconds. */
 double pgs_now(void);
 
+/** The sum over ranks @p x[0..n) scaled to the average. One rank's sum is
+ *  its average already (x * 1.0f == x for every float), so no pass over the
+ *  bucket is made there. */
+static inline int pgs_to_average(pgs_bucket_t *b, float *x, size_t n) {
+  if (b->size == 1) return PGS_OK;
+  return b->ops->scale(b->ops, x, n, 1.0f / (float)b->size);
+}
+
 #endif /* PGS_ALGO_INTERNAL_H */

@@ -358,7 +358,7 @@ static int reduce_checked(pgs_bucket_t *b, float *out) {
     if (st != PGS_OK) return st;
     if (bad > 0) return PGS_ERR_NONFINITE;
   }
-  return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
+  return pgs_to_average(b, out, b->n);
 }
 
 /* Narrow wire: out (grad + residual) travels rounded to the wire type and
@@ -386,7 +386,7 @@ static int reduce_narrow(pgs_bucket_t *b, float *out) {
     st = ops->copy(ops, out, sum, n * sizeof(float), PGS_COPY_SAME);
   if (st != PGS_OK) return st;
   b->resid_zero = 0;
-  return ops->scale(ops, out, n, 1.0f / (float)b->size);
+  return pgs_to_average(b, out, n);
 }
 
 /* The dense call on a zero residual: the average of grad alone, as DDP's own

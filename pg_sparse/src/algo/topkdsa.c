@@ -68,7 +68,7 @@ static int gather_dense(pgs_bucket_t *b, pgs_split_t *sp, float *out) {
   if (st == PGS_OK && pgs_wire_narrow(b))
     st = ops->from_wire(ops, recv, b->n, b->cfg.wire_dtype, out);
   if (st != PGS_OK) return st;
-  return ops->scale(ops, out, b->n, 1.0f / (float)b->size);
+  return pgs_to_average(b, out, b->n);
 }
 
 /* The reduced nonzeros of every region as global pairs. */
