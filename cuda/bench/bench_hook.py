@@ -8,8 +8,12 @@ with the device synchronised, median of --steps after --warmup. Methods:
 ``nccl`` (DDP on an NCCL group, no hook: the baseline), ``compute`` (the
 model without DDP: no communication at all), torch's ``bf16`` and
 ``powersgd`` (rank 4) hooks on NCCL, and every pg_sparse hook on the
-"sparse" group. For Ok-Topk a torch.profiler pass counts what one step
-launches and how often the host waits for the device.
+"sparse" group. Two floors of any Python comm hook: ``py_allreduce``
+(torch's ``allreduce_hook`` on NCCL: DDP's own allreduce, called from
+Python) and ``py_noop`` (a Python hook that returns the bucket in a completed
+future: no communication, the average at world size 1). For Ok-Topk a
+torch.profiler pass counts what one step launches and how often the host
+waits for the device.
 
     torchrun --nproc_per_node=1 cuda/bench/bench_hook.py --out $OUT
 """
@@ -33,6 +37,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import pg_sparse
 
 SPARSE = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
+TORCH_HOOKS = ("nccl", "py_noop", "py_allreduce", "bf16", "powersgd")
+
+
+def noop_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """Returns the bucket as it is (the average at world size 1): what a Python
+    comm hook costs DDP before it communicates anything. (Not annotated: DDP
+    checks the annotations and this module's are strings.)"""
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def make_model(dev: torch.device) -> nn.Module:
@@ -49,11 +63,15 @@ def wrap(method: str, dev: torch.device, nccl: Any, density: float,
     model = make_model(dev)
     if method == "compute":
         return model
-    group = nccl if method in ("nccl", "bf16", "powersgd") else None
+    group = nccl if method in TORCH_HOOKS else None
     ddp = DDP(model, device_ids=[dev.index], process_group=group,
               bucket_cap_mb=bucket_cap_mb)
     if method == "bf16":
         ddp.register_comm_hook(nccl, default_hooks.bf16_compress_hook)
+    elif method == "py_allreduce":
+        ddp.register_comm_hook(nccl, default_hooks.allreduce_hook)
+    elif method == "py_noop":
+        ddp.register_comm_hook(None, noop_hook)
     elif method == "powersgd":
         state = psgd.PowerSGDState(process_group=nccl, matrix_approximation_rank=4,
                                    start_powerSGD_iter=2)
@@ -146,7 +164,7 @@ def main() -> int:
     dist.init_process_group(backend="sparse")
     nccl = dist.new_group(backend="nccl")
     x = torch.randn(256, 2048, device=dev)
-    methods = ["compute", "nccl", "bf16", "powersgd", *SPARSE]
+    methods = ["compute", *TORCH_HOOKS, *SPARSE]
     times: dict[str, list[float]] = {m: [] for m in methods}
     steps = {m: stepper(wrap(m, dev, nccl, args.density, args.bucket_cap_mb), x)
              for m in methods}
