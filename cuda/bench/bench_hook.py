@@ -7,13 +7,15 @@ the step is forward + backward (with DDP's communication) + optimizer, timed
 with the device synchronised, median of --steps after --warmup. Methods:
 ``nccl`` (DDP on an NCCL group, no hook: the baseline), ``compute`` (the
 model without DDP: no communication at all), torch's ``bf16`` and
-``powersgd`` (rank 4) hooks on NCCL, and every pg_sparse hook on the
-"sparse" group. Two floors of any Python comm hook: ``py_allreduce``
-(torch's ``allreduce_hook`` on NCCL: DDP's own allreduce, called from
-Python) and ``py_noop`` (a Python hook that returns the bucket in a completed
-future: no communication, the average at world size 1). For Ok-Topk a
-torch.profiler pass counts what one step launches and how often the host
-waits for the device.
+``powersgd`` (rank 4) hooks on NCCL, every pg_sparse hook on the "sparse"
+group, and some of them registered through
+``pg_sparse.hooks.register_comm_hook`` (``*_native``: steady calls in C++).
+Two floors of any Python comm hook: ``py_allreduce`` (torch's
+``allreduce_hook`` on NCCL: DDP's own allreduce, called from Python) and
+``py_noop`` (a Python hook that returns the bucket in a completed future: no
+communication, the average at world size 1). For Ok-Topk a torch.profiler
+pass counts what one step launches and how often the host waits for the
+device.
 
     torchrun --nproc_per_node=1 cuda/bench/bench_hook.py --out $OUT
 """
@@ -37,6 +39,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import pg_sparse
 
 SPARSE = ("dense", "oktopk", "topka", "topkdsa", "gtopk", "gaussiank")
+# The same hooks through pg_sparse.hooks.register_comm_hook (steady calls in C++).
+NATIVE = ("dense_native", "oktopk_native", "topka_native", "gtopk_native")
 TORCH_HOOKS = ("nccl", "py_noop", "py_allreduce", "bf16", "powersgd")
 
 
@@ -79,6 +83,10 @@ def wrap(method: str, dev: torch.device, nccl: Any, density: float,
     elif method in SPARSE:
         state = pg_sparse.SparseState(density=density, warmup_steps=2)
         ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])
+    elif method in NATIVE:
+        state = pg_sparse.SparseState(density=density, warmup_steps=2)
+        pg_sparse.hooks.register_comm_hook(ddp, state,
+                                           pg_sparse.hooks.HOOKS[method.removesuffix("_native")])
     return ddp
 
 
@@ -164,7 +172,7 @@ def main() -> int:
     dist.init_process_group(backend="sparse")
     nccl = dist.new_group(backend="nccl")
     x = torch.randn(256, 2048, device=dev)
-    methods = ["compute", *TORCH_HOOKS, *SPARSE]
+    methods = ["compute", *TORCH_HOOKS, *SPARSE, *NATIVE]
     times: dict[str, list[float]] = {m: [] for m in methods}
     steps = {m: stepper(wrap(m, dev, nccl, args.density, args.bucket_cap_mb), x)
              for m in methods}
@@ -178,7 +186,7 @@ def main() -> int:
                               table=out / f"hook_profile_{m}.txt" if m == "oktopk" else None,
                               trace=out / f"hook_trace_{m}.json" if args.trace and
                               m == "oktopk" else None)
-            for m in ("nccl", "oktopk", "topka", "powersgd")}
+            for m in ("nccl", "oktopk", "oktopk_native", "topka", "powersgd")}
     card = torch.cuda.get_device_name(dev)
     rows = []
     for m in methods:

@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "bucket.hpp"
 #include "bindings.hpp"
+#include "bucket.hpp"
+#include "native_hook.hpp"
 #include "ops_bindings.hpp"
 #include "transports.hpp"
 
@@ -159,6 +160,15 @@ PYBIND11_MODULE(_C, m) {
       .def("set_state", &SparseBucket::set_state,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("numel", &SparseBucket::numel);
+  py::class_<NativeTable, std::shared_ptr<NativeTable>>(m, "NativeTable")
+      .def("set", &NativeTable::set, py::arg("index"), py::arg("bucket"),
+           py::arg("params"))
+      .def("clear", &NativeTable::clear)
+      .def_property("iterations", &NativeTable::iterations,
+                    &NativeTable::set_iterations)
+      .def_property_readonly("calls", &NativeTable::calls);
+  m.def("_register_native_hook", &register_native_hook, py::arg("reducer"),
+        py::arg("state"), py::arg("hook"));
   bind_ops(m);
   bind_log(m);
   bind_params(m);

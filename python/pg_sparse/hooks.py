@@ -21,7 +21,8 @@ from .state import SparseState, _permute
 powersgd_hook = powerSGD_hook
 
 __all__ = ["HOOKS", "acpsgd_hook", "adtopk_hook", "dense_hook", "gaussiank_hook", "gtopk_hook",
-           "oktopk_hook", "powersgd_hook", "sparse_hook", "topka_hook", "topkdsa_hook"]
+           "oktopk_hook", "powersgd_hook", "register_comm_hook", "sparse_hook", "topka_hook",
+           "topkdsa_hook"]
 
 
 def _first(fut: torch.futures.Future) -> torch.Tensor:
@@ -52,7 +53,10 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     if segments is None and not state.momentum and not state.precondition:
         fut = native.allreduce(buf).get_future().then(_first)
         state._count_iteration(bucket)
-        return fut if auto is None else fut.then(_recorded(auto, index, native))
+        if auto is not None:
+            return fut.then(_recorded(auto, index, native))
+        state._serve_natively(index, native, params)
+        return fut
     # The state refers to another packing of these parameters (DDP's
     # first iteration after a restore): run it in that order.
     x = buf if segments is None else _permute(buf, segments)
@@ -302,3 +306,41 @@ def acpsgd_hook(state: ACPSGDState,
 # Hooks by algorithm name (``pg_sparse.algorithms()``).
 HOOKS = {"dense": dense_hook, "topka": topka_hook, "topkdsa": topkdsa_hook,
          "gtopk": gtopk_hook, "gaussiank": gaussiank_hook, "oktopk": oktopk_hook}
+
+
+def register_comm_hook(ddp: Any, state: Any, hook: Any) -> None:
+    """``ddp.register_comm_hook(state, hook)``, with the steady calls in C++.
+
+    A Python comm hook costs DDP a Python call for every bucket and a Python
+    callback when its future completes. Registered here, the same hook runs
+    every call that needs Python (a bucket's first calls, a bucket DDP
+    rebuilt, hierarchical reduction, ``algo="auto"``, momentum correction,
+    Adam in the hook, a density warm-up); once a bucket's call is plain, its
+    next calls go from DDP's reducer straight to the native allreduce, while
+    the bucket holds the same parameters. Results are the same bits either
+    way. For a hook that is not one of ``HOOKS`` (or ``sparse_hook``) with a
+    :class:`SparseState`, this is ``ddp.register_comm_hook`` itself.
+
+    Args:
+        ddp: a ``DistributedDataParallel`` model with no hook registered yet.
+        state: the hook's state.
+        hook: the hook, as for ``ddp.register_comm_hook``.
+
+    Example::
+        >>> state = pg_sparse.SparseState(density=0.01)
+        >>> pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.oktopk_hook)
+    """
+    if not isinstance(state, SparseState) or \
+            (hook not in HOOKS.values() and hook is not sparse_hook):
+        ddp.register_comm_hook(state, hook)
+        return
+    if state._native_table is not None:
+        raise ValueError("pg_sparse: this SparseState already serves another DDP "
+                         "model's hook; give each model its own state")
+    # What DDP.register_comm_hook does before it registers a Python hook.
+    ddp._check_comm_hook(hook)
+    if ddp.logger is not None:
+        ddp.logger._set_comm_hook_name(hook.__qualname__)
+    ddp._comm_hooks.append((hook, state))
+    from . import _C
+    state._native_table = _C._register_native_hook(ddp.reducer, state, hook)

@@ -283,6 +283,9 @@ class SparseState(OptimizerInHook):
         # the warm-up iterations left when it was created.
         self._iteration = 0
         self._warmup_of: dict[int, int] = {}
+        # Set by hooks.register_comm_hook: the bucket indices DDP's reducer
+        # runs in C++ (their iterations are counted there).
+        self._native_table: Any = None
         self.tau = tau
         self.tau_prime = tau_prime
         self.check_finite = bool(check_finite)
@@ -411,7 +414,7 @@ class SparseState(OptimizerInHook):
         given (format 1 checkpoints counted calls per bucket)."""
         if saved is not None:
             return int(saved.get("warmup", self.warmup_steps))
-        return max(0, self.warmup_steps - self._iteration)
+        return max(0, self.warmup_steps - self.iteration)
 
     def _count_iteration(self, bucket: dist.GradBucket) -> None:
         """Called by the hooks after each bucket: DDP's last bucket of a
@@ -423,7 +426,18 @@ class SparseState(OptimizerInHook):
     @property
     def iteration(self) -> int:
         """Iterations (backward passes) the hooks have completed."""
-        return self._iteration
+        native = self._native_table
+        return self._iteration + (native.iterations if native is not None else 0)
+
+    def _serve_natively(self, index: int, bucket: Any,
+                        params: Sequence[torch.Tensor] | None) -> None:
+        """After a plain call of bucket ``index`` (its layout as the state's,
+        no per-call Python option): let the C++ hook, if registered, run its
+        next calls while DDP's bucket holds the same ``params``."""
+        if self._native_table is None or not params or self.density_warmup_steps \
+                or index in self._applied_density:
+            return
+        self._native_table.set(index, bucket, list(params))
 
     def _take_saved(self, index: int, numel: int,
                     layout: tuple[tuple[int, int], ...] | None) -> dict[str, Any] | None:
@@ -502,7 +516,7 @@ class SparseState(OptimizerInHook):
                           "warmup": self._warmup_of.get(i, self.warmup_steps),
                           **({"auto": self._auto.saved(i)} if self._auto else {}),
                           "layout": None if layout is None else [list(x) for x in layout]}
-        return {"version": STATE_VERSION, "iteration": self._iteration,
+        return {"version": STATE_VERSION, "iteration": self.iteration,
                 "config": {k: getattr(self, k) for k in _CONFIG_KEYS},
                 "buckets": buckets}
 
@@ -532,6 +546,9 @@ class SparseState(OptimizerInHook):
             self._auto = _auto.chooser_for("auto", hierarchy=self.hierarchy,
                                            precondition=self.precondition)
         self._iteration = int(state.get("iteration", 0))
+        if self._native_table is not None:  # Python sees every bucket again
+            self._native_table.clear()
+            self._native_table.iterations = 0
         self._saved = {int(i): dict(s) for i, s in state["buckets"].items()}
         for i, b in list(self._buckets.items()):
             saved = self._take_saved(i, b.numel, self._layouts.get(i))

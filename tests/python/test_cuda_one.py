@@ -12,7 +12,8 @@ from workers.common import ALGOS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-CHECKS = [f"{kind}_{a}" for a in ALGOS for kind in ("bucket_parity", "nonfinite", "ddp_twin")]
+CHECKS = [f"{kind}_{a}" for a in ALGOS for kind in ("bucket_parity", "nonfinite", "ddp_twin",
+                                                     "native_hook")]
 CHECKS.append("cuda_transport")
 
 

@@ -106,6 +106,42 @@ def main() -> None:
             return f"max |cpu - cuda| {(a - b).abs().max().item():.2e}"
         return check
 
+    def native_hook(algo: str) -> Callable[[], str]:
+        """DDP on the GPU with the hook registered through
+        hooks.register_comm_hook against the same hook registered in Python:
+        the same parameters bit for bit after several steps, most calls made
+        in C++ (the Work's future handed to DDP's reducer)."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def check() -> str:
+            out, calls = [], 0
+            for native in (False, True):
+                torch.manual_seed(0)
+                model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                            torch.nn.Linear(64, 8)).to(dev)
+                ddp = DDP(model, device_ids=[0], bucket_cap_mb=0.01)
+                state = pg_sparse.SparseState(density=0.05, warmup_steps=1)
+                hook = pg_sparse.hooks.HOOKS[algo]
+                if native:
+                    pg_sparse.hooks.register_comm_hook(ddp, state, hook)
+                else:
+                    ddp.register_comm_hook(state, hook)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for step in range(6):
+                    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(
+                        step + 100 * rank)).to(dev)
+                    opt.zero_grad()
+                    ddp(x).square().mean().backward()
+                    opt.step()
+                torch.cuda.synchronize()
+                out.append(torch.cat([p.detach().flatten().cpu() for p in model.parameters()]))
+                if native:
+                    calls = state._native_table.calls
+            assert torch.equal(out[0], out[1]), (out[0] - out[1]).abs().max()
+            assert calls > 0, "no call ran in C++"
+            return f"equal; {calls} calls in C++"
+        return check
+
     def cuda_transport() -> str:
         """The transport the CUDA tensors took (auto resolved), as the
         launch configuration expects, and a dense all_reduce over it."""
@@ -122,6 +158,7 @@ def main() -> None:
         rec.run(f"bucket_parity_{a}", bucket_parity(a))
         rec.run(f"nonfinite_{a}", nonfinite_both(a))
         rec.run(f"ddp_twin_{a}", ddp_twin(a))
+        rec.run(f"native_hook_{a}", native_hook(a))
     rec.run("cuda_transport", cuda_transport)
     rec.info["device"] = torch.cuda.get_device_name(dev)
     rec.finish()

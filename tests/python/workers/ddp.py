@@ -20,7 +20,14 @@ from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from workers import ddp_optim  # noqa: E402
-from workers.common import ALGOS, HALF_TOL, Recorder, assert_close, parse_args  # noqa: E402
+from workers.common import (  # noqa: E402
+    ALGOS,
+    HALF_TOL,
+    Recorder,
+    assert_close,
+    expect_error,
+    parse_args,
+)
 from workers.ddp_common import (  # noqa: E402
     EQ_BUCKET_MB,
     EQ_SIZES,
@@ -236,6 +243,98 @@ def error_feedback(algo: str) -> Callable[[], str]:
                 assert not s["dense"] and 0 < s["global_selected"] < n, s
         return f"worst {worst:.2g}"
     return fn
+
+
+# --- the C++ hook (hooks.register_comm_hook) --------------------------------
+
+def native_hook_same_bits(algo: str) -> Callable[[], str]:
+    """The hook registered through hooks.register_comm_hook against the same
+    hook registered in Python, same model, data and settings, several buckets
+    and DDP's bucket rebuild: the same parameters, statistics, residuals and
+    iteration count, bit for bit, with most calls made in C++."""
+    def fn() -> str:
+        torch, ps = C.torch, C.pg_sparse
+        hook = getattr(ps.hooks, f"{algo}_hook")
+        runs = []
+        for native in (False, True):
+            model = C.DDP(mlp(EQ_SIZES, 0), bucket_cap_mb=EQ_BUCKET_MB)
+            state = ps.SparseState(density=0.05, warmup_steps=2, tau=3, tau_prime=2)
+            if native:
+                ps.hooks.register_comm_hook(model, state, hook)
+            else:
+                model.register_comm_hook(state, hook)
+            train(model, sgd(model), range(EQ_STEPS), eq_data)
+            runs.append((params(model), state))
+        (p_py, s_py), (p_nat, s_nat) = runs
+        d = max_diff(p_nat, p_py)
+        assert d == 0.0, f"{algo}: native hook's params differ from the Python hook's by {d:.3g}"
+        calls = s_nat._native_table.calls
+        buckets = len(s_nat.stats())
+        assert buckets >= 2, f"expected several DDP buckets, got {buckets}"
+        assert calls >= (EQ_STEPS - 4) * buckets, f"only {calls} calls ran in C++"
+        assert s_nat.iteration == s_py.iteration == EQ_STEPS, \
+            (s_nat.iteration, s_py.iteration)
+        a, b = s_py.state_dict(), s_nat.state_dict()
+        assert a["iteration"] == b["iteration"], (a["iteration"], b["iteration"])
+        for i, bp in a["buckets"].items():
+            bn = b["buckets"][i]
+            assert torch.equal(bp["residual"], bn["residual"]), f"bucket {i} residual"
+            assert bp["step"] == bn["step"], (i, bp["step"], bn["step"])
+        for i, st in s_py.stats().items():
+            nat = s_nat.stats()[i]
+            for key in ("global_selected", "local_selected", "dense"):
+                assert st[key] == nat[key], (i, key, st[key], nat[key])
+        return f"{calls} of {EQ_STEPS * buckets} calls in C++, {buckets} buckets"
+    return fn
+
+
+def native_hook_fallbacks() -> str:
+    """What the C++ hook leaves to Python: a state restored mid-run (its
+    buckets run in Python again, then in C++), a hook outside HOOKS (plain
+    DDP registration), a state given to two models (refused)."""
+    torch, ps = C.torch, C.pg_sparse
+    model = C.DDP(mlp(EQ_SIZES, 0), bucket_cap_mb=EQ_BUCKET_MB)
+    state = ps.SparseState(density=0.05, warmup_steps=1)
+    ps.hooks.register_comm_hook(model, state, ps.hooks.oktopk_hook)
+    opt = sgd(model)
+    train(model, opt, range(6), eq_data)
+    before = state._native_table.calls
+    assert before > 0, "no call ran in C++"
+    state.load_state_dict(state.state_dict())
+    assert state.iteration == 6, state.iteration
+    train(model, opt, range(6, 8), eq_data)
+    assert state.iteration == 8, state.iteration
+    after = state._native_table.calls
+    buckets = len(state.stats())
+    # The first iteration after the restore runs in Python, the next in C++.
+    assert before < after < before + 2 * buckets, (before, after, buckets)
+    other = C.DDP(mlp(EQ_SIZES, 1), bucket_cap_mb=EQ_BUCKET_MB)
+    msg = expect_error(lambda: ps.hooks.register_comm_hook(other, state, ps.hooks.oktopk_hook),
+                       (ValueError,), "already serves")
+    third = C.DDP(mlp(EQ_SIZES, 2), bucket_cap_mb=EQ_BUCKET_MB)
+    ps.hooks.register_comm_hook(third, ps.adtopk.ADTopkState(density=0.5),
+                               ps.hooks.adtopk_hook)
+    train(third, sgd(third), range(2), eq_data)
+    assert torch.isfinite(params(third)[0]).all()
+    return msg
+
+
+def native_hook_nonfinite() -> str:
+    """A NaN gradient on rank 0 in a call made in C++: backward() raises the
+    Python path's error on every rank."""
+    ps = C.pg_sparse
+    model = C.DDP(mlp(EQ_SIZES, 0), bucket_cap_mb=EQ_BUCKET_MB)
+    state = ps.SparseState(density=0.5, warmup_steps=1)
+    ps.hooks.register_comm_hook(model, state, ps.hooks.oktopk_hook)
+    train(model, sgd(model), range(4), eq_data)
+    calls = state._native_table.calls
+    assert calls > 0, "no call ran in C++"
+    x, _ = eq_data(4)
+    if C.rank == 0:
+        x[0, 0] = float("nan")
+    msg = expect_error(lambda: model(x).sum().backward(), (RuntimeError,), "NaN or Inf")
+    assert state._native_table.calls > calls, "the failing call did not run in C++"
+    return msg
 
 
 # --- Ok-Topk at density 0.01 trains --------------------------------------
@@ -463,6 +562,9 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
     checks += [(f"narrow_wire_{b}_{a}", narrow_wire(a, b))
                for b in ("bfloat16", "float32") for a in ALGOS]
     checks += [(f"error_feedback_{a}", error_feedback(a)) for a in ALGOS]
+    checks += [(f"native_hook_same_bits_{a}", native_hook_same_bits(a)) for a in ALGOS]
+    checks += [("native_hook_fallbacks", native_hook_fallbacks),
+               ("native_hook_nonfinite", native_hook_nonfinite)]
     checks += ddp_optim.plan()
     checks += [("oktopk_density001_trains", oktopk_trains),
                ("state_dict_resume_load_state_dict", resume("load_state_dict")),
