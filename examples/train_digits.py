@@ -135,10 +135,11 @@ def make_loader(data: Data, batch_size: int, seed: int) -> DataLoader:
 
 
 def wrap(model: nn.Module, hook: Hook | None, state: SparseState | None) -> DDP:
-    """DDP over the default ("sparse") group, with ``hook`` if given."""
+    """DDP over the default ("sparse") group, with ``hook`` if given (its
+    steady calls in C++: ``pg_sparse.hooks.register_comm_hook``)."""
     ddp = DDP(model)
     if hook is not None:
-        ddp.register_comm_hook(state, hook)
+        pg_sparse.hooks.register_comm_hook(ddp, state, hook)
     return ddp
 
 

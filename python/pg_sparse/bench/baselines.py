@@ -49,13 +49,14 @@ def register_hook(ddp: Any, method: str, density: float, gloo: Any,
         state = ADTopkState(density=density, warmup_steps=2)
         ddp.register_comm_hook(state, pg_sparse.hooks.adtopk_hook)
         return state
+    # The sparse hooks as the README registers them: steady calls in C++.
     if method == "auto":  # per bucket dense or the predicted-fastest sparse algorithm
         state = pg_sparse.SparseState(algo="auto", density=density)
-        ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+        pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.sparse_hook)
         return state
     if state is None:
         state = pg_sparse.SparseState(density=density)
-    ddp.register_comm_hook(state, pg_sparse.hooks.HOOKS[method])
+    pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.HOOKS[method])
     return state
 
 
