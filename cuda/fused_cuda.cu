@@ -99,6 +99,75 @@ int select_once(Ctx *c, float *r, const float *g, size_t n, float thr,
   return PGS_OK;
 }
 
+// accumulate_kth_regions' counts: the list's entries (ascending global
+// indices idx, values val, its length on the device) in each region
+// [keys[j], keys[j+1]) above and at the list's k-th (nonzero values, as
+// count_regions counts them), and where each region's run begins. Nothing
+// when the list does not hold the k-th (fo->kth < 0: the host ignores the
+// counts). Each block takes a contiguous run of the list, so a thread's
+// entries ascend and its region changes at most nreg times: it counts in
+// registers and adds to the block's counters only at a change.
+__global__ void __launch_bounds__(kThreads)
+    regions_at_kth_kernel(const int32_t *__restrict__ idx,
+                          const float *__restrict__ val, unsigned long long cap,
+                          const ulonglong2 *total, const FusedOut *fo,
+                          ParamBounds keys, int nreg,
+                          unsigned long long *counts, long long *pos) {
+  __shared__ unsigned long long sh[2 * (kParamBounds - 1)];
+  const float thr = fo->kth;
+  if (!(thr >= 0.0f)) return;  // block-uniform, before any barrier
+  unsigned long long m = total->x + total->y;
+  if (m > cap) m = cap;
+  for (int j = threadIdx.x; j < 2 * nreg; j += blockDim.x) sh[j] = 0;
+  if (blockIdx.x == 0 && threadIdx.x <= static_cast<unsigned>(nreg)) {
+    unsigned long long lo = 0, hi = m;
+    while (lo < hi) {
+      const unsigned long long mid = lo + (hi - lo) / 2;
+      if (static_cast<long long>(idx[mid]) < keys[threadIdx.x])
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    pos[threadIdx.x] = static_cast<long long>(lo);
+  }
+  __syncthreads();
+  const unsigned long long per = (m + gridDim.x - 1) / gridDim.x;
+  const unsigned long long b0 = per * blockIdx.x;
+  const unsigned long long b1 = b0 + per < m ? b0 + per : m;
+  int cur = -1;
+  unsigned long long gt = 0, eq = 0;
+  for (unsigned long long i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+    const long long gi = idx[i];
+    if (gi < keys[0] || gi >= keys[nreg]) continue;
+    int lo = 0, hi = nreg - 1;  // the last region starting at or before gi
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (keys[mid] <= gi)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    if (lo != cur) {
+      if (cur >= 0) {
+        atomicAdd(&sh[2 * cur], gt);
+        atomicAdd(&sh[2 * cur + 1], eq);
+      }
+      cur = lo;
+      gt = eq = 0;
+    }
+    const float v = val[i], a = fabsf(v);
+    gt += (a > thr) & (v != 0.0f);
+    eq += (a == thr) & (v != 0.0f);
+  }
+  if (cur >= 0) {
+    atomicAdd(&sh[2 * cur], gt);
+    atomicAdd(&sh[2 * cur + 1], eq);
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < 2 * nreg; j += blockDim.x)
+    if (sh[j] != 0) atomicAdd(&counts[j], sh[j]);
+}
+
 }  // namespace
 
 int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
@@ -129,6 +198,72 @@ int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   return PGS_OK;  // nothing to list (cap 0 or thr +Inf)
 }
 
+namespace {
+
+// accumulate_kth, with @p reg (may be null) its regions at the k-th in the
+// same read back: the counts and run starts lie right after *fo in c->small,
+// cleared by the pass's reset kernel with the radix state.
+int accumulate_kth_queue(const pgs_ops_t *ops, float *r, const float *g,
+                         size_t n, float thr, int32_t *idx, float *val,
+                         size_t cap, size_t k, pgs_fused_t *out,
+                         pgs_regions_t *reg) {
+  PGS_ENTER(ops, c);
+  const size_t nreg = reg != nullptr ? static_cast<size_t>(reg->nreg) : 0;
+  const size_t reg_bytes = reg != nullptr ? (3 * nreg + 1) * 8 : 0;
+  PGS_RETURN_IF(
+      ensure_device(&c->small, kFusedOutOffset + sizeof(FusedOut) + reg_bytes));
+  auto *fo = reinterpret_cast<FusedOut *>(static_cast<char *>(c->small.ptr) +
+                                          kFusedOutOffset);
+  auto *counts = reinterpret_cast<unsigned long long *>(fo + 1);
+  auto *dpos = reinterpret_cast<long long *>(counts + 2 * nreg);
+  // One scratch for the compaction's tiles, then the select's candidates:
+  // grown before anything is queued, as growing frees the old buffer.
+  const size_t tile_bytes = (compact_scratch_bytes(n) + 255) & ~size_t{255};
+  PGS_RETURN_IF(
+      ensure_device(&c->work, tile_bytes + kth_list_scratch_bytes(cap)));
+  // The pass's reset kernel clears the radix state at the start of c->small
+  // (kth_list_queue), the two counters of *fo and the region counts: no
+  // memset of its own.
+  const ulonglong2 *total = nullptr;
+  static_assert(kFusedOutOffset % 8 == 0 && sizeof(FusedOut) % 8 == 0,
+                "whole words");
+  const unsigned zero_words = static_cast<unsigned>(
+      reg != nullptr ? (kFusedOutOffset + sizeof(FusedOut)) / 8 + 2 * nreg
+                     : (kFusedOutOffset + 2 * sizeof(unsigned long long)) / 8);
+  PGS_RETURN_IF(accumulate_compact_queue(
+      c, r, g, n, thr, idx, val, cap, c->work.ptr, &fo->nonfinite, nullptr,
+      &total, static_cast<unsigned long long *>(c->small.ptr), zero_words));
+  PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total,
+                               static_cast<char *>(c->work.ptr) + tile_bytes,
+                               fo));
+  if (reg != nullptr) {
+    ParamBounds pk{};
+    for (size_t j = 0; j <= nreg; ++j) pk.b[j] = reg->keys[j];
+    regions_at_kth_kernel<<<grid_for(c, regions_at_kth_kernel, cap, 4),
+                            kThreads, 0, c->stream>>>(
+        idx, val, cap, total, fo, pk, reg->nreg, counts, dpos);
+    PGS_LAUNCHED();
+  }
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, fo, sizeof(FusedOut) + reg_bytes, &host));
+  const auto *h = static_cast<const FusedOut *>(host);
+  out->nonfinite = static_cast<int64_t>(h->nonfinite);
+  out->count = static_cast<int64_t>(h->count);
+  out->kth = h->kth;
+  out->n_gt = static_cast<int64_t>(h->n_gt);
+  if (reg == nullptr || out->kth < 0.0f) return PGS_OK;
+  const auto *hc = reinterpret_cast<const unsigned long long *>(h + 1);
+  for (size_t j = 0; j < nreg; ++j) {
+    reg->n_gt[j] = static_cast<int64_t>(hc[2 * j]);
+    reg->n_eq[j] = static_cast<int64_t>(hc[2 * j + 1]);
+  }
+  memcpy(reg->pos, hc + 2 * nreg, (nreg + 1) * 8);
+  reg->counted = 1;
+  return PGS_OK;
+}
+
+}  // namespace
+
 int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                    float thr, int32_t *idx, float *val, size_t cap, size_t k,
                    pgs_fused_t *out) {
@@ -141,35 +276,30 @@ int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   if (r == nullptr || g == nullptr || idx == nullptr || val == nullptr)
     return PGS_ERR_INVALID;
   if (n > static_cast<size_t>(INT32_MAX) + 1u) return PGS_ERR_UNSUPPORTED;
-  PGS_ENTER(ops, c);
-  PGS_RETURN_IF(ensure_device(&c->small, kFusedOutOffset + sizeof(FusedOut)));
-  auto *fo = reinterpret_cast<FusedOut *>(static_cast<char *>(c->small.ptr) +
-                                          kFusedOutOffset);
-  // One scratch for the compaction's tiles, then the select's candidates:
-  // grown before anything is queued, as growing frees the old buffer.
-  const size_t tile_bytes = (compact_scratch_bytes(n) + 255) & ~size_t{255};
-  PGS_RETURN_IF(
-      ensure_device(&c->work, tile_bytes + kth_list_scratch_bytes(cap)));
-  // The pass's reset kernel clears the radix state at the start of c->small
-  // (kth_list_queue) and the two counters of *fo: no memset of its own.
-  const ulonglong2 *total = nullptr;
-  constexpr unsigned kZeroWords =
-      (kFusedOutOffset + 2 * sizeof(unsigned long long)) / 8;
-  static_assert(kFusedOutOffset % 8 == 0, "whole words");
-  PGS_RETURN_IF(accumulate_compact_queue(
-      c, r, g, n, thr, idx, val, cap, c->work.ptr, &fo->nonfinite, nullptr,
-      &total, static_cast<unsigned long long *>(c->small.ptr), kZeroWords));
-  PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total,
-                               static_cast<char *>(c->work.ptr) + tile_bytes,
-                               fo));
-  void *host = nullptr;
-  PGS_RETURN_IF(read_back(c, fo, sizeof(FusedOut), &host));
-  const auto *h = static_cast<const FusedOut *>(host);
-  out->nonfinite = static_cast<int64_t>(h->nonfinite);
-  out->count = static_cast<int64_t>(h->count);
-  out->kth = h->kth;
-  out->n_gt = static_cast<int64_t>(h->n_gt);
-  return PGS_OK;
+  return accumulate_kth_queue(ops, r, g, n, thr, idx, val, cap, k, out,
+                              nullptr);
+}
+
+int accumulate_kth_regions(const pgs_ops_t *ops, float *r, const float *g,
+                           size_t n, float thr, int32_t *idx, float *val,
+                           size_t cap, size_t k, pgs_fused_t *out,
+                           pgs_regions_t *reg) {
+  if (out == nullptr || reg == nullptr) return PGS_ERR_INVALID;
+  reg->counted = 0;
+  if (reg->nreg < 1 || reg->keys == nullptr || reg->pos == nullptr ||
+      reg->n_gt == nullptr || reg->n_eq == nullptr)
+    return PGS_ERR_INVALID;
+  for (int j = 0; j < reg->nreg; ++j)
+    if (reg->keys[j + 1] < reg->keys[j]) return PGS_ERR_INVALID;
+  // Keys in the kernel's parameters, or the two calls (no counts here).
+  const bool fits = reg->nreg + 1 <= kParamBounds;
+  *out = pgs_fused_t{0, 0, -1.0f, 0};
+  if (!fits || k < 1 || cap < k || n == 0)
+    return accumulate_kth(ops, r, g, n, thr, idx, val, cap, k, out);
+  if (r == nullptr || g == nullptr || idx == nullptr || val == nullptr)
+    return PGS_ERR_INVALID;
+  if (n > static_cast<size_t>(INT32_MAX) + 1u) return PGS_ERR_UNSUPPORTED;
+  return accumulate_kth_queue(ops, r, g, n, thr, idx, val, cap, k, out, reg);
 }
 
 int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n) {

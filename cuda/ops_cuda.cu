@@ -272,6 +272,7 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   t.merge_pairs = pgs_cuda::merge_pairs;
   t.accumulate_select = pgs_cuda::accumulate_select;
   t.accumulate_kth = pgs_cuda::accumulate_kth;
+  t.accumulate_kth_regions = pgs_cuda::accumulate_kth_regions;
   t.unaccumulate = pgs_cuda::unaccumulate;
   t.shift_idx = pgs_cuda::shift_idx;
   t.locate = pgs_cuda::locate;

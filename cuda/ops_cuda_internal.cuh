@@ -375,6 +375,10 @@ int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
 int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                    float thr, int32_t *idx, float *val, size_t cap, size_t k,
                    pgs_fused_t *out);
+int accumulate_kth_regions(const pgs_ops_t *ops, float *r, const float *g,
+                           size_t n, float thr, int32_t *idx, float *val,
+                           size_t cap, size_t k, pgs_fused_t *out,
+                           pgs_regions_t *reg);
 int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n);
 int shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta);
 int locate(const pgs_ops_t *ops, const int32_t *idx, size_t m,

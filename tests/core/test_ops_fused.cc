@@ -236,5 +236,67 @@ TEST(OpsFused, CountPairRegionsMatchesAWalk) {
             PGS_ERR_INVALID);
 }
 
+// accumulate_kth_regions: accumulate_kth's results and, where the k-th was
+// found, the list's regions at it, against a walk over the list here; no
+// counts (counted 0) where it was not.
+TEST(OpsFused, AccumulateKthRegionsCountsAtTheKth) {
+  const size_t n = 65537;
+  std::vector<float> r = normal(n, 71);
+  for (size_t i = 0; i < n; i += 29) r[i] = 1.5f;  // ties at a likely k-th
+  const std::vector<float> g = fused_input(n, 73);
+  const float thr = 0.5f;
+  const FusedRef want = fused_reference(r, g, thr);
+  const size_t m = want.idx.size();
+  for (int nreg : {1, 3, 32}) {
+    std::vector<int64_t> keys(static_cast<size_t>(nreg) + 1);
+    for (int j = 0; j <= nreg; ++j)
+      keys[static_cast<size_t>(j)] = static_cast<int64_t>(n) * j / nreg;
+    if (nreg == 3) keys[2] = keys[1];  // an empty region
+    for (size_t k : {size_t{1}, m / 3, m, m + 1}) {
+      std::vector<float> got_r = r;
+      std::vector<int32_t> idx(m + 1);
+      std::vector<float> val(m + 1);
+      std::vector<int64_t> pos(keys.size(), -1), gt(keys.size(), -1),
+          eq(keys.size(), -1);
+      pgs_regions_t reg = {keys.data(), nreg,      pos.data(),
+                           gt.data(),   eq.data(), -1};
+      pgs_fused_t res = {-1, -1, 0.0f, -1};
+      ASSERT_EQ(ops()->accumulate_kth_regions(ops(), got_r.data(), g.data(), n,
+                                              thr, idx.data(), val.data(), m, k,
+                                              &res, &reg),
+                PGS_OK);
+      ASSERT_TRUE(same_bits(got_r, want.r));
+      ASSERT_EQ(res.count, static_cast<int64_t>(m));
+      if (k > m) {
+        EXPECT_EQ(res.kth, -1.0f);
+        EXPECT_EQ(reg.counted, 0) << "k " << k;
+        continue;
+      }
+      ASSERT_GE(res.kth, 0.0f);
+      ASSERT_EQ(reg.counted, 1) << "k " << k;
+      for (int j = 0; j <= nreg; ++j) {
+        int64_t p = 0;
+        for (int32_t i : want.idx) p += i < keys[static_cast<size_t>(j)];
+        EXPECT_EQ(pos[static_cast<size_t>(j)], p) << "key " << j;
+      }
+      for (int j = 0; j < nreg; ++j) {
+        int64_t gw = 0, ew = 0;
+        for (size_t t = 0; t < m; ++t) {
+          const int32_t i = want.idx[t];
+          if (i < keys[static_cast<size_t>(j)] ||
+              i >= keys[static_cast<size_t>(j) + 1])
+            continue;
+          gw += std::fabs(want.val[t]) > res.kth;
+          ew += std::fabs(want.val[t]) == res.kth;
+        }
+        EXPECT_EQ(gt[static_cast<size_t>(j)], gw)
+            << "k " << k << " region " << j;
+        EXPECT_EQ(eq[static_cast<size_t>(j)], ew)
+            << "k " << k << " region " << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ops_test

@@ -115,6 +115,80 @@ TEST_F(CudaFused, AccumulateKthMatchesHostInOneWait) {
   }
 }
 
+// accumulate_kth_regions against the host table, in one wait for the
+// device: accumulate_kth's results and, where the k-th was found, the list's
+// region runs and counts at it (every region count of the host); with more
+// regions than the device takes in one pass, no counts (counted 0).
+TEST_F(CudaFused, AccumulateKthRegionsMatchesHostInOneWait) {
+  for (size_t n : sizes()) {
+    const std::vector<float> r0 = normal(n, 23 + n);
+    const std::vector<float> g = with_bad(n, 25 + n);
+    const float thr = 0.5f;
+    std::vector<float> probe = r0;
+    std::vector<int32_t> pi(n + 1);
+    std::vector<float> pv(n + 1);
+    int64_t m = 0, bad = 0;
+    ASSERT_EQ(cpu()->accumulate_select(cpu(), probe.data(), g.data(), n, thr,
+                                       pi.data(), pv.data(), n, &m, &bad),
+              PGS_OK);
+    const size_t mm = static_cast<size_t>(m), cap = mm + 7;
+    for (int nreg : {1, 3, 32, 40}) {
+      std::vector<int64_t> keys(static_cast<size_t>(nreg) + 1);
+      for (int j = 0; j <= nreg; ++j)
+        keys[static_cast<size_t>(j)] = static_cast<int64_t>(n) * j / nreg;
+      if (nreg == 3) keys[2] = keys[1];  // an empty region
+      for (size_t k : {size_t{1}, mm / 3 + 1, mm, mm + 1}) {
+        const size_t nk = keys.size();
+        std::vector<int64_t> pw(nk, -1), gw(nk, -1), ew(nk, -1);
+        std::vector<int64_t> pg(nk, -2), gg(nk, -2), eg(nk, -2);
+        pgs_regions_t want_reg = {keys.data(), nreg,      pw.data(),
+                                  gw.data(),   ew.data(), -1};
+        pgs_regions_t got_reg = {keys.data(), nreg,      pg.data(),
+                                 gg.data(),   eg.data(), -1};
+        std::vector<float> rh = r0;
+        std::vector<int32_t> ih(cap + 1);
+        std::vector<float> vh(cap + 1);
+        pgs_fused_t want{}, got{};
+        ASSERT_EQ(cpu()->accumulate_kth_regions(cpu(), rh.data(), g.data(), n,
+                                                thr, ih.data(), vh.data(), cap,
+                                                k, &want, &want_reg),
+                  PGS_OK);
+        Dev<float> r(r0), gd(g);
+        Dev<int32_t> idx(cap + 1);
+        Dev<float> val(cap + 1);
+        const uint64_t s0 = gpu()->host_syncs(gpu());
+        ASSERT_EQ(gpu()->accumulate_kth_regions(gpu(), r.get(), gd.get(), n,
+                                                thr, idx.get(), val.get(), cap,
+                                                k, &got, &got_reg),
+                  PGS_OK);
+        const std::string at = "n " + std::to_string(n) + " nreg " +
+                               std::to_string(nreg) + " k " + std::to_string(k);
+        EXPECT_LE(gpu()->host_syncs(gpu()) - s0, 1u) << "one wait, " << at;
+        EXPECT_TRUE(same(r.host(), rh)) << at;
+        EXPECT_EQ(got.count, want.count) << at;
+        EXPECT_EQ(bits_of(got.kth), bits_of(want.kth)) << at;
+        EXPECT_EQ(got.n_gt, want.n_gt) << at;
+        if (nreg >= 33 || want.kth < 0.0f) {  // more than one pass takes
+          EXPECT_EQ(got_reg.counted, 0) << at;
+          if (want.kth < 0.0f) {
+            EXPECT_EQ(want_reg.counted, 0) << at;
+          }
+          continue;
+        }
+        ASSERT_EQ(want_reg.counted, 1) << at;
+        ASSERT_EQ(got_reg.counted, 1) << at;
+        EXPECT_EQ(pg, pw) << at;
+        gg.resize(static_cast<size_t>(nreg));
+        gw.resize(static_cast<size_t>(nreg));
+        eg.resize(static_cast<size_t>(nreg));
+        ew.resize(static_cast<size_t>(nreg));
+        EXPECT_EQ(gg, gw) << at;
+        EXPECT_EQ(eg, ew) << at;
+      }
+    }
+  }
+}
+
 // accumulate_kth with the accumulator and the gradient at any offset from
 // 16-byte alignment: the pass loads whole vectors only where both are
 // aligned, one word at a time elsewhere.

@@ -40,6 +40,17 @@ typedef enum pgs_copy_kind {
 
 typedef struct pgs_ops pgs_ops_t;
 
+/** Region counts asked of accumulate_kth_regions: the list's entries in
+ *  each region [keys[j], keys[j+1]) of global indices, at its k-th. */
+typedef struct pgs_regions {
+  const int64_t *keys; /**< nreg + 1 ascending bounds, host */
+  int nreg;
+  int64_t *pos;  /**< nreg + 1, host: where each region's run begins */
+  int64_t *n_gt; /**< nreg, host: entries above the k-th */
+  int64_t *n_eq; /**< nreg, host: entries at it */
+  int counted;   /**< out: 1 when the counts were made, else 0 */
+} pgs_regions_t;
+
 /** What accumulate_kth found: accumulate_select's two counts and, when the
  *  list holds the k-th largest entry, that entry's |value|. */
 typedef struct pgs_fused {
@@ -216,6 +227,16 @@ struct pgs_ops {
    *  a^2, out[3] the sum of ln a, out[4] the smallest a (0 when none). */
   int (*abs_stats)(const pgs_ops_t *ops, const float *x, size_t n, float thr,
                    double out[5]);
+  /** accumulate_kth, then, where it found the k-th (out->kth >= 0), the
+   *  list's regions at it as count_pair_regions(idx, val, out->count,
+   *  reg->keys, reg->nreg, out->kth, ...) gives them: Ok-Topk's region plan
+   *  in the selection's one wait for the device. reg->counted tells whether
+   *  the counts were made (a table may decline, say for many regions).
+   *  Optional (NULL: the caller makes the two calls). */
+  int (*accumulate_kth_regions)(const pgs_ops_t *ops, float *r, const float *g,
+                                size_t n, float thr, int32_t *idx, float *val,
+                                size_t cap, size_t k, pgs_fused_t *out,
+                                pgs_regions_t *reg);
 };
 
 /** The host-memory implementation (no state; safe to share). */

@@ -39,6 +39,9 @@ typedef struct pgs_cand {
   int ok;       /* the list holds every entry >= its threshold */
   float kth;    /* the list's k-th largest |val| (found with the list), */
   int64_t n_gt; /* and its entries above it; kth < 0: not found */
+  /* Set by an algorithm before pgs_cand_accumulate: region counts to make
+   * at the list's k-th in the pass's wait (NULL: none). */
+  pgs_regions_t *regions;
 } pgs_cand_t;
 
 struct pgs_bucket {
@@ -126,10 +129,12 @@ int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
                           int32_t *idx, float *val, size_t cap, int64_t *count);
 
 /** pgs_accumulate_select that also finds the k-th largest |val| of the list
- *  (k > 0; see pgs_fused_t), in the same wait for the device. */
+ *  (k > 0; see pgs_fused_t), in the same wait for the device, and with
+ *  @p reg (may be NULL) the list's region counts at it where the ops table
+ *  fuses them (reg->counted says whether it did). */
 int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
                        int32_t *idx, float *val, size_t cap, size_t k,
-                       pgs_fused_t *res);
+                       pgs_fused_t *res, pgs_regions_t *reg);
 
 /** A count as sent in the algorithm's first message: negative when this
  *  rank's input was bad, so every receiver learns it without a message of

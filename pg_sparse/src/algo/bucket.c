@@ -252,7 +252,7 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
 
 int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
                        int32_t *idx, float *val, size_t cap, size_t k,
-                       pgs_fused_t *res) {
+                       pgs_fused_t *res, pgs_regions_t *reg) {
   int st = PGS_OK;
   if (b->cfg.check_finite == PGS_FINITE_EXACT) {
     /* The pass adds in place; a failed call puts these bits back. */
@@ -265,7 +265,11 @@ int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
   }
   res->kth = -1.0f;
   res->n_gt = 0;
-  if (k > 0)
+  if (reg != NULL) reg->counted = 0;
+  if (k > 0 && reg != NULL && b->ops->accumulate_kth_regions != NULL)
+    st = b->ops->accumulate_kth_regions(b->ops, b->resid, grad, b->n, thr, idx,
+                                        val, cap, k, res, reg);
+  else if (k > 0)
     st = b->ops->accumulate_kth(b->ops, b->resid, grad, b->n, thr, idx, val,
                                 cap, k, res);
   else
@@ -280,7 +284,7 @@ int pgs_accumulate_select(pgs_bucket_t *b, const float *grad, float thr,
                           int32_t *idx, float *val, size_t cap,
                           int64_t *count) {
   pgs_fused_t res = {0, 0, -1.0f, 0};
-  int st = pgs_accumulate_kth(b, grad, thr, idx, val, cap, 0, &res);
+  int st = pgs_accumulate_kth(b, grad, thr, idx, val, cap, 0, &res, NULL);
   *count = res.count;
   return st;
 }

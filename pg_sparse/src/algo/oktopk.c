@@ -147,15 +147,19 @@ static int local_threshold(pgs_bucket_t *b, float *thr, int64_t *quota) {
 static int oktopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   oktopk_state_t *s = b->algo_state;
   const int64_t sparse_step = b->step - b->cfg.warmup_steps;
-  const pgs_cand_t *c = &b->cand;
-  int st = pgs_cand_accumulate(b, &b->cand, grad, !pgs_est_guesses(b));
+  pgs_cand_t *c = &b->cand;
+  const int regroup = sparse_step % b->cfg.tau == 0 || !s->have_bounds;
+  /* With the regions known, the pass plans the split in its wait too. */
+  if (!regroup) pgs_split_plan_in_pass(&s->split, c);
+  int st = pgs_cand_accumulate(b, c, grad, !pgs_est_guesses(b));
   float thr = 0.0f;
   int64_t quota = 0;
   if (st == PGS_OK) st = local_threshold(b, &thr, &quota);
+  pgs_split_take_plan(&s->split, c, thr);
   if (st != PGS_OK) return st;
 
   pgs_phase_enter(b, PGS_PHASE_REDUCE);
-  if (sparse_step % b->cfg.tau == 0 || !s->have_bounds) {
+  if (regroup) {
     st = repartition(b, s, c, thr, quota);
     if (st != PGS_OK) return st;
   }

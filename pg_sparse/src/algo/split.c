@@ -90,13 +90,15 @@ static int plan_regions(pgs_bucket_t *b, pgs_split_t *s, const split_src_t *src,
                         int64_t *capped) {
   const int P = s->size;
   /* A candidate list is cut where each region's run begins (into s->pos)
-   * in the same read as the counts. */
-  int st =
-      src->idx == NULL
-          ? b->ops->count_regions(b->ops, src->val, src->len, src->cut, P, thr,
-                                  s->gt, s->eq)
-          : b->ops->count_pair_regions(b->ops, src->idx, src->val, src->len,
-                                       s->bounds, P, thr, s->pos, s->gt, s->eq);
+   * in the same read as the counts, or the fused pass has done both. */
+  int st = PGS_OK;
+  if (src->idx == NULL)
+    st = b->ops->count_regions(b->ops, src->val, src->len, src->cut, P, thr,
+                               s->gt, s->eq);
+  else if (!s->counted)
+    st = b->ops->count_pair_regions(b->ops, src->idx, src->val, src->len,
+                                    s->bounds, P, thr, s->pos, s->gt, s->eq);
+  s->counted = 0;
   if (st != PGS_OK) return st;
   int64_t left = eq_quota;
   for (int j = 0; j < P; ++j) {
@@ -177,6 +179,20 @@ int pgs_split_select_pairs(pgs_bucket_t *b, pgs_split_t *s, const int32_t *cidx,
   /* s->pos is filled by the plan (count_pair_regions). */
   const split_src_t src = {cval, cidx, s->pos, (size_t)mc};
   return select_from(b, s, &src, thr, eq_quota, cap, m_total, capped);
+}
+
+void pgs_split_plan_in_pass(pgs_split_t *s, pgs_cand_t *c) {
+  s->req = (pgs_regions_t){s->bounds, s->size, s->pos, s->gt, s->eq, 0};
+  s->counted = 0;
+  c->regions = &s->req;
+}
+
+void pgs_split_take_plan(pgs_split_t *s, pgs_cand_t *c, float thr) {
+  /* Counted over the list's c->m entries at c->kth: the plan of a
+   * selection from that list at that threshold. */
+  s->counted = c->regions == &s->req && s->req.counted && c->ok &&
+               c->kth >= 0.0f && thr == c->kth;
+  c->regions = NULL;
 }
 
 /* List mode: room for every pair this rank reduces, twice. */

@@ -48,6 +48,11 @@ typedef struct pgs_split {
   /* Data of the last reduce, at two words per pair: on a narrow wire the
    * real volume is 3/4 of it, so caps computed from it stay conservative. */
   int64_t sent_words, recv_words;
+  /* The candidate list's region counts, made by the fused pass (see
+   * pgs_split_plan_in_pass): req asks for them into pos, gt and eq;
+   * counted says they hold at the next select_pairs' threshold. */
+  pgs_regions_t req;
+  int counted;
 } pgs_split_t;
 
 int pgs_split_init(pgs_split_t *s, int rank, int size);
@@ -77,6 +82,17 @@ int pgs_split_select_pairs(pgs_bucket_t *b, pgs_split_t *s, const int32_t *cidx,
                            const float *cval, int64_t mc, float thr,
                            int64_t eq_quota, int64_t cap, int64_t *m_total,
                            int64_t *capped);
+
+/** Ask the call's fused pass (pgs_cand_accumulate on @p c) to count the
+ *  candidate list per region at its k-th: the plan of the next
+ *  pgs_split_select_pairs in the selection's wait for the device, instead
+ *  of a wait of its own. Call with the bounds the selection will use. */
+void pgs_split_plan_in_pass(pgs_split_t *s, pgs_cand_t *c);
+
+/** After the pass and the threshold @p thr: whether the counts it made
+ *  apply (the list holds the top k and thr is its k-th); the next
+ *  select_pairs plans without counting again if so. */
+void pgs_split_take_plan(pgs_split_t *s, pgs_cand_t *c, float thr);
 
 /** Exchange the blocks and reduce this rank's region into s->red, or in
  *  list mode into (lidx, lval, lm); zero sums stay in the list (every reader

@@ -97,17 +97,19 @@ static int topkdsa_step(pgs_bucket_t *b, const float *grad, float *out) {
   pgs_split_t *sp = &s->split;
   pgs_cand_t *c = &b->cand;
   const int exact = !pgs_est_guesses(b);
-  /* Without a list (an estimator's guess) c->ok stays 0. */
+  /* Without a list (an estimator's guess) c->ok stays 0. The regions are
+   * fixed: the pass plans the split in its wait too. */
+  if (exact) pgs_split_plan_in_pass(sp, c);
   int st = pgs_cand_accumulate(b, c, grad, exact);
-  if (st != PGS_OK) return st;
   float thr = 0.0f;
   int64_t n_gt = 0, n_eq = 0, m = 0, capped = 0, quota = 0;
   if (exact) {
     /* Exactly k (or every nonzero when fewer): the k-th |x| and a quota of
      * its ties. */
     int64_t picks = 0;
-    st = pgs_cand_threshold(b, c, &thr, &quota, &picks);
-  } else {
+    if (st == PGS_OK) st = pgs_cand_threshold(b, c, &thr, &quota, &picks);
+    pgs_split_take_plan(sp, c, thr);
+  } else if (st == PGS_OK) {
     /* An estimated threshold: every entry at or above it, [k/2, 2k]. */
     st = pgs_banded_threshold(b, b->resid, &thr, &n_gt, &n_eq);
     quota = -1;

@@ -278,6 +278,22 @@ int pgs_cpu_accumulate_kth(const pgs_ops_t *ops, float *r, const float *g,
   return pgs_cpu_kth_abs(ops, val, m, k, &out->kth, &out->n_gt);
 }
 
+int pgs_cpu_accumulate_kth_regions(const pgs_ops_t *ops, float *r,
+                                   const float *g, size_t n, float thr,
+                                   int32_t *idx, float *val, size_t cap,
+                                   size_t k, pgs_fused_t *out,
+                                   pgs_regions_t *reg) {
+  if (reg == NULL) return PGS_ERR_INVALID;
+  reg->counted = 0;
+  int st = pgs_cpu_accumulate_kth(ops, r, g, n, thr, idx, val, cap, k, out);
+  if (st != PGS_OK || out->kth < 0.0f) return st;
+  st = pgs_cpu_count_pair_regions(ops, idx, val, (size_t)out->count, reg->keys,
+                                  reg->nreg, out->kth, reg->pos, reg->n_gt,
+                                  reg->n_eq);
+  reg->counted = st == PGS_OK;
+  return st;
+}
+
 int pgs_cpu_unaccumulate(const pgs_ops_t *ops, float *r, const float *g,
                          size_t n) {
   (void)ops;

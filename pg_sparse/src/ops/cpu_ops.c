@@ -288,6 +288,7 @@ static const pgs_ops_t cpu_ops = {
     .zero_common = cpu_zero_common,
     .accumulate_select = pgs_cpu_accumulate_select,
     .accumulate_kth = pgs_cpu_accumulate_kth,
+    .accumulate_kth_regions = pgs_cpu_accumulate_kth_regions,
     .unaccumulate = pgs_cpu_unaccumulate,
     .shift_idx = pgs_cpu_shift_idx,
     .locate = pgs_cpu_locate,

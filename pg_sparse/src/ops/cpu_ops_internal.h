@@ -70,6 +70,11 @@ int pgs_cpu_select_pairs(const pgs_ops_t *ops, const int32_t *idx,
                          size_t cap, int64_t *count_host);
 
 /* Fused pass and pair-list helpers of cpu_fused.c. */
+int pgs_cpu_accumulate_kth_regions(const pgs_ops_t *ops, float *r,
+                                   const float *g, size_t n, float thr,
+                                   int32_t *idx, float *val, size_t cap,
+                                   size_t k, pgs_fused_t *out,
+                                   pgs_regions_t *reg);
 int pgs_cpu_accumulate_kth(const pgs_ops_t *ops, float *r, const float *g,
                            size_t n, float thr, int32_t *idx, float *val,
                            size_t cap, size_t k, pgs_fused_t *out);
