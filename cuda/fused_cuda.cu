@@ -139,14 +139,7 @@ __global__ void __launch_bounds__(kThreads)
   for (unsigned long long i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
     const long long gi = idx[i];
     if (gi < keys[0] || gi >= keys[nreg]) continue;
-    int lo = 0, hi = nreg - 1;  // the last region starting at or before gi
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (keys[mid] <= gi)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
+    const int lo = region_of(keys, 0, nreg - 1, gi);
     if (lo != cur) {
       if (cur >= 0) {
         atomicAdd(&sh[2 * cur], gt);

@@ -329,6 +329,23 @@ struct ParamBounds {
   __device__ __forceinline__ long long operator[](int j) const { return b[j]; }
 };
 
+// Region j of element i: the last j < nreg with bounds[j] <= i (bounds
+// ascend, so that region is not empty and holds i). Bounds: a device
+// pointer, or ParamBounds (the kernel's own parameter).
+template <class Bounds>
+__device__ __forceinline__ int region_of(const Bounds &bounds, int lo, int hi,
+                                         long long i) {
+  // Invariant: bounds[lo] <= i, answer in [lo, hi].
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (bounds[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 // Queues the per-region counts of x at thr over the device bounds
 // dbounds[0..nreg] into counts[2 * nreg] (zeroed first unless @p zeroed: an
 // earlier kernel on the stream cleared them); @p span bounds

@@ -17,23 +17,6 @@ constexpr int kRegionItems = 16;
 constexpr long long kRegionTile =
     static_cast<long long>(kThreads) * kRegionItems;
 
-// Region j of element i: the last j < nreg with bounds[j] <= i (bounds
-// ascend, so that region is not empty and holds i). Bounds: a device
-// pointer, or ParamBounds (the kernel's own parameter).
-template <class Bounds>
-__device__ __forceinline__ int region_of(const Bounds &bounds, int lo, int hi,
-                                         long long i) {
-  // Invariant: bounds[lo] <= i, answer in [lo, hi].
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (bounds[mid] <= i)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 // Counts |x| > thr and |x| == thr (x != 0) per region into out[2j], out[2j+1].
 // Each block takes a contiguous run of tiles. A tile inside one region adds
 // into per-thread counters that are flushed (one block reduction, two
