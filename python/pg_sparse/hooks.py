@@ -319,7 +319,9 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any) -> None:
     next calls go from DDP's reducer straight to the native allreduce, while
     the bucket holds the same parameters. Results are the same bits either
     way. For a hook that is not one of ``HOOKS`` (or ``sparse_hook``) with a
-    :class:`SparseState`, this is ``ddp.register_comm_hook`` itself.
+    :class:`SparseState`, this is ``ddp.register_comm_hook`` itself. A state
+    registered again (a model wrapped in a new DDP) serves the new model in
+    C++; the model it served before runs its calls in Python.
 
     Args:
         ddp: a ``DistributedDataParallel`` model with no hook registered yet.
@@ -335,8 +337,12 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any) -> None:
         ddp.register_comm_hook(state, hook)
         return
     if state._native_table is not None:
-        raise ValueError("pg_sparse: this SparseState already serves another DDP "
-                         "model's hook; give each model its own state")
+        # The state served another DDP model (one wrapped again, say): that
+        # model's hook runs every call in Python from now on, where the
+        # state's buckets are found as before.
+        state._iteration = state.iteration  # what that table counted
+        state._native_table.clear()
+        state._native_table.iterations = 0
     # What DDP.register_comm_hook does before it registers a Python hook.
     ddp._check_comm_hook(hook)
     if ddp.logger is not None:

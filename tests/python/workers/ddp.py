@@ -291,7 +291,8 @@ def native_hook_same_bits(algo: str) -> Callable[[], str]:
 def native_hook_fallbacks() -> str:
     """What the C++ hook leaves to Python: a state restored mid-run (its
     buckets run in Python again, then in C++), a hook outside HOOKS (plain
-    DDP registration), a state given to two models (refused)."""
+    DDP registration), and a model wrapped again in a new DDP with the same
+    state (the new one in C++, the iterations counted on)."""
     torch, ps = C.torch, C.pg_sparse
     model = C.DDP(mlp(EQ_SIZES, 0), bucket_cap_mb=EQ_BUCKET_MB)
     state = ps.SparseState(density=0.05, warmup_steps=1)
@@ -308,15 +309,22 @@ def native_hook_fallbacks() -> str:
     buckets = len(state.stats())
     # The first iteration after the restore runs in Python, the next in C++.
     assert before < after < before + 2 * buckets, (before, after, buckets)
-    other = C.DDP(mlp(EQ_SIZES, 1), bucket_cap_mb=EQ_BUCKET_MB)
-    msg = expect_error(lambda: ps.hooks.register_comm_hook(other, state, ps.hooks.oktopk_hook),
-                       (ValueError,), "already serves")
+    # The same module in a new DDP, the same state: it goes on where it was.
+    inner = model.module
+    del model
+    again = C.DDP(inner, bucket_cap_mb=EQ_BUCKET_MB)
+    old_table = state._native_table
+    ps.hooks.register_comm_hook(again, state, ps.hooks.oktopk_hook)
+    assert state._native_table is not old_table and old_table.calls == after
+    train(again, opt, range(8, 12), eq_data)
+    assert state.iteration == 12, state.iteration
+    assert state._native_table.calls > 0, "the new model ran no call in C++"
     third = C.DDP(mlp(EQ_SIZES, 2), bucket_cap_mb=EQ_BUCKET_MB)
     ps.hooks.register_comm_hook(third, ps.adtopk.ADTopkState(density=0.5),
                                ps.hooks.adtopk_hook)
     train(third, sgd(third), range(2), eq_data)
     assert torch.isfinite(params(third)[0]).all()
-    return msg
+    return f"{after} calls in C++, then {state._native_table.calls} in the new DDP"
 
 
 def native_hook_nonfinite() -> str:
