@@ -55,6 +55,21 @@ __global__ void __launch_bounds__(kThreads)
     idx[j] -= delta;
 }
 
+// The number of entries of the ascending idx[0..m) below @p key.
+__device__ __forceinline__ long long count_below(const int32_t *idx,
+                                                 unsigned long long m,
+                                                 long long key) {
+  unsigned long long lo = 0, hi = m;
+  while (lo < hi) {
+    const unsigned long long mid = lo + (hi - lo) / 2;
+    if (static_cast<long long>(idx[mid]) < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return static_cast<long long>(lo);
+}
+
 // pos[j] = number of idx entries below keys[j] (idx ascending); keys a
 // device pointer or ParamBounds. Also clears zero[0..zero_words), the
 // counters a kernel after it adds into (no memset of their own).
@@ -65,15 +80,7 @@ __global__ void locate_kernel(const int32_t *__restrict__ idx, size_t m,
   const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   for (int w = j; w < zero_words; w += gridDim.x * blockDim.x) zero[w] = 0;
   if (j >= nkeys) return;
-  size_t lo = 0, hi = m;
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (static_cast<long long>(idx[mid]) < keys[j])
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  pos[j] = static_cast<long long>(lo);
+  pos[j] = count_below(idx, m, keys[j]);
 }
 
 // accumulate_select with a list to write: the add is the compaction's load,
@@ -119,17 +126,8 @@ __global__ void __launch_bounds__(kThreads)
   unsigned long long m = total->x + total->y;
   if (m > cap) m = cap;
   for (int j = threadIdx.x; j < 2 * nreg; j += blockDim.x) sh[j] = 0;
-  if (blockIdx.x == 0 && threadIdx.x <= static_cast<unsigned>(nreg)) {
-    unsigned long long lo = 0, hi = m;
-    while (lo < hi) {
-      const unsigned long long mid = lo + (hi - lo) / 2;
-      if (static_cast<long long>(idx[mid]) < keys[threadIdx.x])
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    pos[threadIdx.x] = static_cast<long long>(lo);
-  }
+  if (blockIdx.x == 0 && threadIdx.x <= static_cast<unsigned>(nreg))
+    pos[threadIdx.x] = count_below(idx, m, keys[threadIdx.x]);
   __syncthreads();
   const unsigned long long per = (m + gridDim.x - 1) / gridDim.x;
   const unsigned long long b0 = per * blockIdx.x;
@@ -200,6 +198,15 @@ int accumulate_kth_queue(const pgs_ops_t *ops, float *r, const float *g,
                          size_t n, float thr, int32_t *idx, float *val,
                          size_t cap, size_t k, pgs_fused_t *out,
                          pgs_regions_t *reg) {
+  if (out == nullptr) return PGS_ERR_INVALID;
+  *out = pgs_fused_t{0, 0, -1.0f, 0};
+  // Without a list to read, the plain fused pass.
+  if (k < 1 || cap < k || n == 0)
+    return accumulate_select(ops, r, g, n, thr, idx, val, cap, &out->count,
+                             &out->nonfinite);
+  if (r == nullptr || g == nullptr || idx == nullptr || val == nullptr)
+    return PGS_ERR_INVALID;
+  if (n > static_cast<size_t>(INT32_MAX) + 1u) return PGS_ERR_UNSUPPORTED;
   PGS_ENTER(ops, c);
   const size_t nreg = reg != nullptr ? static_cast<size_t>(reg->nreg) : 0;
   const size_t reg_bytes = reg != nullptr ? (3 * nreg + 1) * 8 : 0;
@@ -260,15 +267,6 @@ int accumulate_kth_queue(const pgs_ops_t *ops, float *r, const float *g,
 int accumulate_kth(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                    float thr, int32_t *idx, float *val, size_t cap, size_t k,
                    pgs_fused_t *out) {
-  if (out == nullptr) return PGS_ERR_INVALID;
-  *out = pgs_fused_t{0, 0, -1.0f, 0};
-  // Without a list to read, the plain fused pass.
-  if (k < 1 || cap < k || n == 0)
-    return accumulate_select(ops, r, g, n, thr, idx, val, cap, &out->count,
-                             &out->nonfinite);
-  if (r == nullptr || g == nullptr || idx == nullptr || val == nullptr)
-    return PGS_ERR_INVALID;
-  if (n > static_cast<size_t>(INT32_MAX) + 1u) return PGS_ERR_UNSUPPORTED;
   return accumulate_kth_queue(ops, r, g, n, thr, idx, val, cap, k, out,
                               nullptr);
 }
@@ -277,22 +275,17 @@ int accumulate_kth_regions(const pgs_ops_t *ops, float *r, const float *g,
                            size_t n, float thr, int32_t *idx, float *val,
                            size_t cap, size_t k, pgs_fused_t *out,
                            pgs_regions_t *reg) {
-  if (out == nullptr || reg == nullptr) return PGS_ERR_INVALID;
+  if (reg == nullptr) return PGS_ERR_INVALID;
   reg->counted = 0;
   if (reg->nreg < 1 || reg->keys == nullptr || reg->pos == nullptr ||
       reg->n_gt == nullptr || reg->n_eq == nullptr)
     return PGS_ERR_INVALID;
   for (int j = 0; j < reg->nreg; ++j)
     if (reg->keys[j + 1] < reg->keys[j]) return PGS_ERR_INVALID;
-  // Keys in the kernel's parameters, or the two calls (no counts here).
+  // Keys in the kernel's parameters, or accumulate_kth alone (no counts).
   const bool fits = reg->nreg + 1 <= kParamBounds;
-  *out = pgs_fused_t{0, 0, -1.0f, 0};
-  if (!fits || k < 1 || cap < k || n == 0)
-    return accumulate_kth(ops, r, g, n, thr, idx, val, cap, k, out);
-  if (r == nullptr || g == nullptr || idx == nullptr || val == nullptr)
-    return PGS_ERR_INVALID;
-  if (n > static_cast<size_t>(INT32_MAX) + 1u) return PGS_ERR_UNSUPPORTED;
-  return accumulate_kth_queue(ops, r, g, n, thr, idx, val, cap, k, out, reg);
+  return accumulate_kth_queue(ops, r, g, n, thr, idx, val, cap, k, out,
+                              fits ? reg : nullptr);
 }
 
 int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n) {

@@ -145,8 +145,7 @@ int allgatherv(void* impl, const void* send, size_t send_bytes, void* recv,
   }
   if (send_bytes > 0 && dst + displs[c->rank] != send)
     std::memmove(dst + displs[c->rank], send, send_bytes);
-  auto& works = c->gather_works;
-  works.clear();
+  auto& works = c->gather_works;  // empty between calls
   int st = guarded([&] {
     post(c, sends, ns, recvs, nr, works);
     for (auto& w : works) w->wait();

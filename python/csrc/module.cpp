@@ -164,8 +164,7 @@ PYBIND11_MODULE(_C, m) {
       .def("set", &NativeTable::set, py::arg("index"), py::arg("bucket"),
            py::arg("params"))
       .def("clear", &NativeTable::clear)
-      .def_property("iterations", &NativeTable::iterations,
-                    &NativeTable::set_iterations)
+      .def_property_readonly("iterations", &NativeTable::iterations)
       .def_property_readonly("calls", &NativeTable::calls);
   m.def("_register_native_hook", &register_native_hook, py::arg("reducer"),
         py::arg("state"), py::arg("hook"));

@@ -83,6 +83,7 @@ void NativeTable::set(size_t index, std::shared_ptr<SparseBucket> bucket,
 void NativeTable::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   entries_.clear();
+  iterations_.store(0);
 }
 
 std::shared_ptr<SparseBucket> NativeTable::find(

@@ -30,14 +30,14 @@ class NativeTable {
   // @p params (in this order; their storage is what identifies them).
   void set(size_t index, std::shared_ptr<SparseBucket> bucket,
            const std::vector<at::Tensor>& params);
-  // Every index back to the Python hook (a restored state, new settings).
+  // Every index back to the Python hook (a restored state, a new DDP), and
+  // the iteration count to 0 (the caller keeps what it counted).
   void clear();
   // The bucket for DDP's @p grad_bucket, or null when Python must run it.
   std::shared_ptr<SparseBucket> find(const c10d::GradBucket& grad_bucket);
   // Backward passes whose last bucket ran here (the Python hook counts the
-  // others); reset by set_iterations.
+  // others) since the last clear.
   int64_t iterations() const { return iterations_.load(); }
-  void set_iterations(int64_t n) { iterations_.store(n); }
   void count_iteration() { iterations_.fetch_add(1); }
   int64_t calls() const { return calls_.load(); }
 

@@ -342,7 +342,6 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any) -> None:
         # state's buckets are found as before.
         state._iteration = state.iteration  # what that table counted
         state._native_table.clear()
-        state._native_table.iterations = 0
     # What DDP.register_comm_hook does before it registers a Python hook.
     ddp._check_comm_hook(hook)
     if ddp.logger is not None:

@@ -548,7 +548,6 @@ class SparseState(OptimizerInHook):
         self._iteration = int(state.get("iteration", 0))
         if self._native_table is not None:  # Python sees every bucket again
             self._native_table.clear()
-            self._native_table.iterations = 0
         self._saved = {int(i): dict(s) for i, s in state["buckets"].items()}
         for i, b in list(self._buckets.items()):
             saved = self._take_saved(i, b.numel, self._layouts.get(i))

@@ -62,7 +62,7 @@ int pgs_cand_accumulate(pgs_bucket_t *b, pgs_cand_t *c, const float *grad,
   pgs_fused_t res = {0, 0, -1.0f, 0};
   const size_t k = cthr < INFINITY ? (size_t)b->k : 0;
   st = pgs_accumulate_kth(b, grad, cthr, c->idx, c->val, (size_t)cap, k, &res,
-                          k > 0 ? c->regions : NULL);
+                          c->regions);
   c->m = res.count;
   c->kth = res.kth;
   c->n_gt = res.n_gt;
