@@ -55,21 +55,6 @@ __global__ void __launch_bounds__(kThreads)
     idx[j] -= delta;
 }
 
-// The number of entries of the ascending idx[0..m) below @p key.
-__device__ __forceinline__ long long count_below(const int32_t *idx,
-                                                 unsigned long long m,
-                                                 long long key) {
-  unsigned long long lo = 0, hi = m;
-  while (lo < hi) {
-    const unsigned long long mid = lo + (hi - lo) / 2;
-    if (static_cast<long long>(idx[mid]) < key)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return static_cast<long long>(lo);
-}
-
 // pos[j] = number of idx entries below keys[j] (idx ascending); keys a
 // device pointer or ParamBounds. Also clears zero[0..zero_words), the
 // counters a kernel after it adds into (no memset of their own).
@@ -80,7 +65,7 @@ __global__ void locate_kernel(const int32_t *__restrict__ idx, size_t m,
   const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   for (int w = j; w < zero_words; w += gridDim.x * blockDim.x) zero[w] = 0;
   if (j >= nkeys) return;
-  pos[j] = count_below(idx, m, keys[j]);
+  pos[j] = static_cast<long long>(lower_bound_i32(idx, m, keys[j]));
 }
 
 // accumulate_select with a list to write: the add is the compaction's load,
@@ -127,7 +112,8 @@ __global__ void __launch_bounds__(kThreads)
   if (m > cap) m = cap;
   for (int j = threadIdx.x; j < 2 * nreg; j += blockDim.x) sh[j] = 0;
   if (blockIdx.x == 0 && threadIdx.x <= static_cast<unsigned>(nreg))
-    pos[threadIdx.x] = count_below(idx, m, keys[threadIdx.x]);
+    pos[threadIdx.x] =
+        static_cast<long long>(lower_bound_i32(idx, m, keys[threadIdx.x]));
   __syncthreads();
   const unsigned long long per = (m + gridDim.x - 1) / gridDim.x;
   const unsigned long long b0 = per * blockIdx.x;
