@@ -287,6 +287,7 @@ int unaccumulate(const pgs_ops_t *ops, float *r, const float *g, size_t n) {
 int shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m, int32_t delta) {
   if (m == 0) return PGS_OK;
   if (idx == nullptr) return PGS_ERR_INVALID;
+  if (delta == 0) return PGS_OK; /* the first region's picks: no launch */
   PGS_ENTER(ops, c);
   shift_kernel<<<grid_for(c, shift_kernel, m, 4), kThreads, 0, c->stream>>>(
       idx, m, delta);

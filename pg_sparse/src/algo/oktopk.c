@@ -22,8 +22,7 @@ static void oktopk_fini(pgs_bucket_t *b) {
   oktopk_state_t *s = b->algo_state;
   if (s == NULL) return;
   pgs_split_fini(&s->split, b->ops);
-  pgs_buf_t *bufs[] = {&s->tmp,  &s->gidx,  &s->gval, &s->aidx,
-                       &s->aval, &s->gwire, &s->awire};
+  pgs_buf_t *bufs[] = {&s->tmp, &s->aidx, &s->aval, &s->awire};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); ++i)
     pgs_buf_release(b->ops, bufs[i]);
   free(s->info);

@@ -11,13 +11,13 @@ typedef struct oktopk_state {
   pgs_split_t split;
   float thr_global; /* reused between exact steps; < 0 before the first */
   int have_bounds;
-  float nudge_down;     /* PG_SPARSE_OKTOPK_NUDGE_DOWN */
-  float nudge_up;       /* PG_SPARSE_OKTOPK_NUDGE_UP */
-  pgs_buf_t tmp;        /* full local selection at repartition */
-  pgs_buf_t gidx, gval; /* this region's global picks, global indices */
-  pgs_buf_t aidx, aval; /* all of G, ascending; balance lands shares here */
-  /* On a narrow wire: the values of gval and aval as they travel. */
-  pgs_buf_t gwire, awire;
+  float nudge_down; /* PG_SPARSE_OKTOPK_NUDGE_DOWN */
+  float nudge_up;   /* PG_SPARSE_OKTOPK_NUDGE_UP */
+  pgs_buf_t tmp;    /* full local selection at repartition */
+  /* All of G, ascending: each rank's picks land at their place, balance
+   * moves shares between ranks, the allgather fills the rest. */
+  pgs_buf_t aidx, aval;
+  pgs_buf_t awire; /* on a narrow wire: aval as it travels */
   int64_t *info;   /* 3P host: per rank (picks, phase-1 sent, recv) */
   int64_t *held;   /* P host: picks per region after the cap */
   int64_t *cuts;   /* P host */

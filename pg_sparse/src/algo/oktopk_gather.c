@@ -134,42 +134,46 @@ static int64_t volume_cap(const pgs_bucket_t *b, const oktopk_state_t *s) {
   return lo;
 }
 
-/* This region's picks as global pairs in s->gidx/gval, held to @p cap. */
+/* This region's picks, global indices, straight into their place in G:
+ * G lists region 0's picks, then region 1's, ..., so this rank's start at
+ * @p at (the picks held before it). Balance then leaves in place whatever
+ * falls in this rank's share (at one rank, all of it). Capped at @p cap
+ * in place (reserve_all leaves room for the uncapped count at @p at). */
 static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
-                        int64_t cap, int64_t *count) {
+                        int64_t cap, int64_t at, int64_t *count) {
   const pgs_ops_t *ops = b->ops;
   const pgs_split_t *sp = &s->split;
-  int64_t c = s->info[3 * b->rank];
-  int st = pgs_buf_reserve(ops, &s->gidx, (size_t)c * 4);
-  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->gval, (size_t)c * 4);
-  if (st != PGS_OK) return st;
+  const int64_t c = s->info[3 * b->rank];
+  int32_t *gi = (int32_t *)s->aidx.ptr + at;
+  float *gv = (float *)s->aval.ptr + at;
   /* c was counted at thr: the selection is planned (no count pointer). */
-  st = ops->select_pairs(ops, sp->lidx, sp->lval, (size_t)sp->lm, thr, -1,
-                         s->gidx.ptr, s->gval.ptr, (size_t)c, NULL);
+  int st = ops->select_pairs(ops, sp->lidx, sp->lval, (size_t)sp->lm, thr, -1,
+                             gi, gv, (size_t)c, NULL);
   /* Region-relative to global indices. */
   if (st == PGS_OK)
-    st = ops->shift_idx(ops, s->gidx.ptr, (size_t)c,
-                        -(int32_t)sp->bounds[b->rank]);
+    st = ops->shift_idx(ops, gi, (size_t)c, -(int32_t)sp->bounds[b->rank]);
   if (st != PGS_OK) return st;
   *count = c <= cap ? c : cap;
   if (c <= cap || cap == 0) return PGS_OK;
   /* Keep the cap largest |v|, ties in index order, in place: exactly cap. */
   float t = 0.0f;
   int64_t n_gt = 0;
-  st = ops->kth_abs(ops, s->gval.ptr, (size_t)c, (size_t)cap, &t, &n_gt);
+  st = ops->kth_abs(ops, gv, (size_t)c, (size_t)cap, &t, &n_gt);
   if (st == PGS_OK)
-    st = ops->select_pairs(ops, s->gidx.ptr, s->gval.ptr, (size_t)c, t,
-                           cap - n_gt, s->gidx.ptr, s->gval.ptr, (size_t)cap,
-                           NULL);
+    st = ops->select_pairs(ops, gi, gv, (size_t)c, t, cap - n_gt, gi, gv,
+                           (size_t)cap, NULL);
   return st;
 }
 
-/* Room for all of G: indices in s->aidx, values in s->aval (and as they
- * travel in s->awire on a narrow wire). */
-static int reserve_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
+/* Room for all of G (indices in s->aidx, values in s->aval, and as they
+ * travel in s->awire on a narrow wire), and for this rank's uncapped picks
+ * from @p at. */
+static int reserve_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T,
+                       int64_t at) {
   const pgs_ops_t *ops = b->ops;
-  int st = pgs_buf_reserve(ops, &s->aidx, (size_t)T * 4);
-  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->aval, (size_t)T * 4);
+  const int64_t room = max64(T, at + s->info[3 * b->rank]);
+  int st = pgs_buf_reserve(ops, &s->aidx, (size_t)room * 4);
+  if (st == PGS_OK) st = pgs_buf_reserve(ops, &s->aval, (size_t)room * 4);
   if (st == PGS_OK && pgs_wire_narrow(b))
     st = pgs_buf_reserve(ops, &s->awire, (size_t)T * pgs_wire_bytes(b));
   return st;
@@ -181,49 +185,37 @@ static char *all_values(const pgs_bucket_t *b, const oktopk_state_t *s) {
 }
 
 /* Move picks between ranks so rank j holds share(T, P, j) of them in global
- * order, straight into its place in G (s->aidx and the values), where the
- * allgather sends them from. Messages carry indices and values separately
- * so they land in place. @p held[j] is rank j's pick count after the cap. */
+ * order, in G itself: this rank's picks lie at @p me0 (region_picks), its
+ * share starts at share_start, and what falls in both stays where it is;
+ * the rest of the share arrives from the ranks whose picks cover it.
+ * Messages carry indices and values separately so they land in place.
+ * @p held[j] is rank j's pick count after the cap. */
 static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
-                   int64_t T) {
-  const pgs_ops_t *ops = b->ops;
+                   int64_t T, int64_t me0) {
   const int P = b->size, r = b->rank;
   const size_t w = pgs_wire_bytes(b);
-  const int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
-  int32_t *gi = s->gidx.ptr, *bi = (int32_t *)s->aidx.ptr + my0;
-  char *gv = pgs_wire_narrow(b) ? s->gwire.ptr : s->gval.ptr;
-  char *bv = all_values(b, s) + my0 * w;
+  const int64_t my0 = share_start(T, P, r), my1 = my0 + share(T, P, r);
+  int32_t *gi = s->aidx.ptr;
+  char *gv = all_values(b, s);
   pgs_msg_t *sends = s->msgs, *recvs = s->msgs + 2 * P;
   int ns = 0, nr = 0;
   int64_t h0 = 0; /* global position of rank j's first pick */
-  int64_t me0 = 0;
-  int st = PGS_OK;
-  for (int j = 0; j < r; ++j) me0 += held[j];
-  for (int j = 0; j < P; ++j) {
+  for (int j = 0; j < P; h0 += held[j], ++j) {
+    if (j == r) continue;
     int64_t t0 = share_start(T, P, j), t1 = t0 + share(T, P, j);
     /* What of mine goes to j, and what of j's comes to me. */
     int64_t out0 = max64(me0, t0), out1 = min64(me0 + held[r], t1);
-    int64_t in0 = max64(h0, my0), in1 = min64(h0 + held[j], my0 + mine);
-    if (j == r && out1 > out0) {
-      st = ops->copy(ops, bi + (out0 - my0), gi + (out0 - me0),
-                     (size_t)(out1 - out0) * 4, PGS_COPY_SAME);
-      if (st == PGS_OK)
-        st = ops->copy(ops, bv + (out0 - my0) * w, gv + (out0 - me0) * w,
-                       (size_t)(out1 - out0) * w, PGS_COPY_SAME);
-      if (st != PGS_OK) return st;
-    } else if (j != r) {
-      if (out1 > out0) {
-        size_t c = (size_t)(out1 - out0);
-        sends[ns++] = (pgs_msg_t){j, gi + (out0 - me0), c * 4};
-        sends[ns++] = (pgs_msg_t){j, gv + (out0 - me0) * w, c * w};
-      }
-      if (in1 > in0) {
-        size_t c = (size_t)(in1 - in0);
-        recvs[nr++] = (pgs_msg_t){j, bi + (in0 - my0), c * 4};
-        recvs[nr++] = (pgs_msg_t){j, bv + (in0 - my0) * w, c * w};
-      }
+    int64_t in0 = max64(h0, my0), in1 = min64(h0 + held[j], my1);
+    if (out1 > out0) {
+      size_t c = (size_t)(out1 - out0);
+      sends[ns++] = (pgs_msg_t){j, gi + out0, c * 4};
+      sends[ns++] = (pgs_msg_t){j, gv + out0 * w, c * w};
     }
-    h0 += held[j];
+    if (in1 > in0) {
+      size_t c = (size_t)(in1 - in0);
+      recvs[nr++] = (pgs_msg_t){j, gi + in0, c * 4};
+      recvs[nr++] = (pgs_msg_t){j, gv + in0 * w, c * w};
+    }
   }
   return pgs_comm_exchange(b->comm, sends, ns, recvs, nr);
 }
@@ -257,13 +249,15 @@ static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
                            s->aval.ptr);
 }
 
-/* Narrow wire: this region's picks rounded to the wire (into s->gwire);
- * they are sums over ranks, so their owner keeps the rounding. */
-static int round_picks(pgs_bucket_t *b, oktopk_state_t *s, int64_t c) {
+/* Narrow wire: this region's @p c picks (at @p at in G) rounded to the
+ * wire, into their place in s->awire; they are sums over ranks, so their
+ * owner keeps the rounding. */
+static int round_picks(pgs_bucket_t *b, oktopk_state_t *s, int64_t at,
+                       int64_t c) {
   if (!pgs_wire_narrow(b)) return PGS_OK;
-  int st = pgs_buf_reserve(b->ops, &s->gwire, (size_t)c * pgs_wire_bytes(b));
-  if (st != PGS_OK) return st;
-  return pgs_wire_round(b, s->gval.ptr, c, s->gwire.ptr, b->resid, s->gidx.ptr);
+  char *wire = (char *)s->awire.ptr + (size_t)at * pgs_wire_bytes(b);
+  return pgs_wire_round(b, (float *)s->aval.ptr + at, c, wire, b->resid,
+                        (const int32_t *)s->aidx.ptr + at);
 }
 
 /* Global threshold and everyone's counts at it; *T is the total. */
@@ -296,18 +290,20 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   /* Every rank sees the same T, so the nudged threshold stays common. */
   s->thr_global = pgs_oktopk_nudge(thr, T, b->k, s->nudge_down, s->nudge_up);
   const int64_t cap = volume_cap(b, s);
-  st = region_picks(b, s, thr, cap, &c);
-  if (st != PGS_OK) return st;
+  int64_t at = 0; /* where this rank's picks start in G */
   T = 0;
   for (int j = 0; j < P; ++j) {
     s->held[j] = min64(s->info[3 * j], cap);
     b->stats.trimmed += s->info[3 * j] - s->held[j];
+    if (j < b->rank) at += s->held[j];
     T += s->held[j];
   }
+  st = reserve_all(b, s, T, at);
+  if (st == PGS_OK) st = region_picks(b, s, thr, cap, at, &c);
+  if (st != PGS_OK) return st;
   if (s->held[b->rank] != c) return PGS_ERR_INVALID; /* ops broke contract */
-  st = round_picks(b, s, c);
-  if (st == PGS_OK) st = reserve_all(b, s, T);
-  if (st == PGS_OK) st = balance(b, s, s->held, T);
+  st = round_picks(b, s, at, c);
+  if (st == PGS_OK) st = balance(b, s, s->held, T, at);
   if (st == PGS_OK) st = gather_all(b, s, T);
   if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
   /* G is duplicate-free: one add per entry into zero gives v/P. */

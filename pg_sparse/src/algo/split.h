@@ -38,8 +38,8 @@ typedef struct pgs_split {
    * lidx/lval/lm are the result (region-relative indices ascending). */
   int as_list;
   pgs_buf_t la, lb;
-  int32_t *lidx;
-  float *lval;
+  const int32_t *lidx; /* may point into send or recv (merge_block) */
+  const float *lval;
   int64_t lm, lcap;
   /* List mode with count_nonzero (TopkDSA): the list's nonzero sums, in
    * lnz, counted in the read that checks the list's indices. */

@@ -308,6 +308,7 @@ int pgs_cpu_shift_idx(const pgs_ops_t *ops, int32_t *idx, size_t m,
   (void)ops;
   if (m == 0) return PGS_OK;
   if (idx == NULL) return PGS_ERR_INVALID;
+  if (delta == 0) return PGS_OK;
   /* Wrapping arithmetic in unsigned: a bad result is caught where it is
    * used, never undefined here. */
   for (size_t j = 0; j < m; ++j)
