@@ -124,6 +124,20 @@ API_KINDS = {
 }
 
 
+def device_ops(events: Any, steps: int) -> str:
+    """One line per device operation (kernel, copy, memset): runs per step,
+    microseconds per run and the name, most frequent first."""
+    from torch.autograd import DeviceType
+
+    rows = sorted((e for e in events if e.device_type == DeviceType.CUDA),
+                  key=lambda e: (-e.count, e.key))
+    lines = []
+    for e in rows:
+        us = getattr(e, "device_time_total", 0.0) / max(e.count, 1)
+        lines.append(f"{e.count / steps:7.1f}  {us:9.2f} us  {e.key[:150]}\n")
+    return "".join(lines)
+
+
 def profile_counts(step: Callable[[], None], steps: int = 5,
                    table: Path | None = None,
                    trace: Path | None = None) -> dict[str, float]:
@@ -147,6 +161,7 @@ def profile_counts(step: Callable[[], None], steps: int = 5,
                 out[f"{kind}_ms"] += e.cpu_time_total / 1e3
     if table is not None:
         table.write_text(events.table(sort_by="cpu_time_total", row_limit=45))
+        table.with_name(table.stem + "_device.txt").write_text(device_ops(events, steps))
     if trace is not None:
         prof.export_chrome_trace(str(trace))
     return {k: v / steps for k, v in out.items()}
@@ -182,8 +197,8 @@ def main() -> int:
     med = {m: statistics.median(t) * 1e3 for m, t in times.items()}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
-    prof = {m: profile_counts(steps[m],
-                              table=out / f"hook_profile_{m}.txt" if m == "oktopk" else None,
+    tables = {m: out / f"hook_profile_{m}.txt" for m in ("oktopk", "oktopk_native")}
+    prof = {m: profile_counts(steps[m], table=tables.get(m),
                               trace=out / f"hook_trace_{m}.json" if args.trace and
                               m == "oktopk" else None)
             for m in ("nccl", "oktopk", "oktopk_native", "topka", "powersgd")}

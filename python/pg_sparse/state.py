@@ -69,7 +69,8 @@ class SparseState(OptimizerInHook):
             ``"sidco_gamma"`` gamma; ``"sidco_exp_ms"``, ``"sidco_gp_ms"``
             and ``"sidco_gamma_gp_ms"`` fit the exceedances again in stages,
             their count adapted every 5 calls, ``stats()["estimate_stages"]``),
-            ``"dgc_sample"`` (DGC: select on a fixed 1% sample),
+            ``"dgc_sample"`` (DGC: select on a fixed random sample,
+            0.1% to 1% of the bucket: about 1000 entries above the threshold),
             ``"reuse"`` (Ok-Topk's reuse of the previous call's threshold)
             or ``"exact"`` (radix select, no guess). The guess is
             corrected toward [k/2, 2k] picks, then made exact, so it changes

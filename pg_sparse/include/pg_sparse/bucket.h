@@ -61,8 +61,9 @@ int pgs_algo_from_name(const char *name, pgs_algo_id_t *out);
     "SIDCo's exponential fit of |x| (Laplace x, scale sigma / sqrt 2): "      \
     "scale * ln(1 / density)")                                                \
   X(PGS_EST_DGC_SAMPLE, "dgc_sample",                                         \
-    "DGC: the exact k-th |x| of a fixed random sample of 1% of the entries "  \
-    "(at least 1024), scaled to the bucket")                                  \
+    "DGC: the exact k-th |x| of a fixed random sample (about 1000 entries "   \
+    "above the threshold, 0.1% to 1% of the bucket, at least 1024), scaled "  \
+    "to the bucket")                                                          \
   X(PGS_EST_SIDCO_GP, "sidco_gp",                                             \
     "SIDCo-P: generalized Pareto fit of |x| (method of moments), one stage")  \
   X(PGS_EST_SIDCO_GAMMA, "sidco_gamma",                                       \

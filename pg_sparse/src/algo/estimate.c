@@ -4,6 +4,7 @@
  * the exact select, so a poor guess costs time, never volume. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo/algo_internal.h"
@@ -30,39 +31,53 @@ int pgs_estimator_from_name(const char *name, pgs_estimator_t *out) {
   return PGS_ERR_INVALID;
 }
 
-/* The sample: 1% of the entries, at least 1024 (all of a small bucket). */
-enum { EST_SAMPLE_MIN = 1024, EST_SAMPLE_DIV = 100 };
+/* The sample (DGC samples 0.1% to 1%): large enough that about
+ * EST_SAMPLE_HITS of its entries lie above the threshold, so the quantile's
+ * relative error stays near 1/sqrt(hits), 3%, at any size; at most 1% of
+ * the entries, at least 1024 (all of a small bucket). At density 0.01 and
+ * 100M entries that is 0.1%, which gathers and selects in a few
+ * microseconds where 1% cost a tenth of a read of the bucket. */
+enum { EST_SAMPLE_MIN = 1024, EST_SAMPLE_DIV = 100, EST_SAMPLE_HITS = 1000 };
 
-static size_t sample_size(size_t n) {
+static size_t sample_size(size_t n, int64_t k) {
   size_t m = n / EST_SAMPLE_DIV;
+  /* hits / density entries, rounded up */
+  const double want = ceil((double)EST_SAMPLE_HITS * (double)n / (double)k);
+  if (k > 0 && want < (double)m) m = (size_t)want;
   if (m < EST_SAMPLE_MIN) m = EST_SAMPLE_MIN;
   return m < n ? m : n;
+}
+
+static int cmp_i32(const void *a, const void *c) {
+  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)c;
+  return (x > y) - (x < y);
 }
 
 /* Fixed random indices (xorshift64*, seeded by n: the same sample on every
  * call, so the guess moves with the data, not with the draw), copied once
  * into the table's memory. */
 static int make_sample(pgs_bucket_t *b) {
-  const size_t m = sample_size(b->n);
+  const size_t m = sample_size(b->n, b->k);
   int st = pgs_buf_reserve(b->ops, &b->est_idx, m * sizeof(int32_t));
   /* Room for the sample of x and, for a sample of a sum, of the addend. */
   if (st == PGS_OK)
     st = pgs_buf_reserve(b->ops, &b->est_val, 2 * m * sizeof(float));
   if (st != PGS_OK) return st;
-  int32_t host[256];
+  int32_t *host = malloc(m * sizeof(int32_t));
+  if (host == NULL) return PGS_ERR_NO_MEMORY;
   uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)b->n;
-  for (size_t done = 0; done < m && st == PGS_OK;) {
-    size_t chunk = m - done < 256 ? m - done : 256;
-    for (size_t j = 0; j < chunk; ++j) {
-      s ^= s >> 12;
-      s ^= s << 25;
-      s ^= s >> 27;
-      host[j] = (int32_t)((s * 0x2545F4914F6CDD1Dull >> 11) % b->n);
-    }
-    st = b->ops->copy(b->ops, (int32_t *)b->est_idx.ptr + done, host,
-                      chunk * sizeof(int32_t), PGS_COPY_FROM_HOST);
-    done += chunk;
+  for (size_t j = 0; j < m; ++j) {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    host[j] = (int32_t)((s * 0x2545F4914F6CDD1Dull >> 11) % b->n);
   }
+  /* Ascending, the gathers walk memory in one direction (the quantile does
+   * not depend on the order). */
+  qsort(host, m, sizeof(int32_t), cmp_i32);
+  st = b->ops->copy(b->ops, b->est_idx.ptr, host, m * sizeof(int32_t),
+                    PGS_COPY_FROM_HOST);
+  free(host);
   if (st == PGS_OK) b->est_m = m;
   return st;
 }
