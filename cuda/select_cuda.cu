@@ -5,6 +5,7 @@
 // the host table does, so NaN sorts above Inf and denormals below every
 // normal number, and both tables agree bit for bit.
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include "ops_cuda_internal.cuh"
 
@@ -120,21 +121,21 @@ constexpr int kHistItems = 16;
 constexpr unsigned kHistChunk = kThreads * kHistItems;
 constexpr unsigned kCandBuf = 2 * kHistChunk;
 
-// Picks the bin of level @p level holding the k-th largest entry, as the
-// host's pick_bin does, and prepares the next pass: switch to the candidate
-// list once one was written, and compact during the next pass when the
-// chosen bin is small enough for the candidate buffer. Run by one thread of
-// the last block of the level's pass, on the level's histogram @p h and the
-// candidate cursor, which that block staged from L2 (other blocks wrote
-// them with atomics).
-__device__ void radix_pick(RadixState *st, int level, unsigned long long k,
-                           unsigned long long cand_cap,
-                           const unsigned long long *h,
-                           unsigned long long cursor) {
+// Applies the pick of level @p level: bin @p b holds the k-th largest entry,
+// @p above_b entries lie in the bins above it, @p nnz in all of them. As the
+// host's pick_bin does, it then prepares the next pass: switch to the
+// candidate list once one was written, and compact during the next pass
+// when the chosen bin (@p hb entries) is small enough for the candidate
+// buffer. Run by one thread of the last block of the level's pass (see
+// radix_pick), with the candidate cursor that block staged from L2.
+__device__ void radix_pick_apply(RadixState *st, int level,
+                                 unsigned long long k,
+                                 unsigned long long cand_cap, int b,
+                                 unsigned long long above_b,
+                                 unsigned long long nnz, unsigned long long hb,
+                                 unsigned long long cursor) {
   unsigned long long rank = st->rank, above = st->above;
   if (level == 0) {
-    unsigned long long nnz = 0;
-    for (int b = 0; b < PGS_HIST_BINS; ++b) nnz += h[b];
     if (k > nnz) {
       // The k-th largest is a zero; every nonzero lies above it.
       st->thr = 0.0f;
@@ -145,11 +146,8 @@ __device__ void radix_pick(RadixState *st, int level, unsigned long long k,
     rank = k;
     above = 0;
   }
-  int b = PGS_HIST_BINS - 1;
-  for (; b > 0 && h[b] < rank; --b) {
-    rank -= h[b];
-    above += h[b];
-  }
+  rank -= above_b;
+  above += above_b;
   const unsigned prefix =
       st->prefix | (static_cast<unsigned>(b) << (24 - 8 * level));
   st->prefix = prefix;
@@ -166,9 +164,47 @@ __device__ void radix_pick(RadixState *st, int level, unsigned long long k,
     // Never more than were written (the pass skips appends past the cap).
     st->cand_n = cursor < cand_cap ? cursor : cand_cap;
     st->compact_next = 0;
-  } else if (st->mode == 0 && h[b] <= cand_cap) {
+  } else if (st->mode == 0 && hb <= cand_cap) {
     st->compact_next = 1;
   }
+}
+
+// The level's bin, found by the whole (last) block at once where one thread
+// walking 256 bins (twice at level 0) took microseconds a level: thread t
+// holds bin 255 - t, an inclusive scan from the top gives each bin the count
+// at and above it, and the bin is the highest whose count reaches the rank
+// sought (bin 0 if none does, as the walk ends there).
+static_assert(kThreads == PGS_HIST_BINS, "one thread per bin in the pick");
+using PickScan = cub::BlockScan<unsigned long long, kThreads>;
+struct PickTemp {
+  typename PickScan::TempStorage scan;
+  int bin;
+  unsigned long long above, nnz;
+};
+
+__device__ void radix_pick(RadixState *st, int level, unsigned long long k,
+                           unsigned long long cand_cap,
+                           const unsigned long long *h,
+                           unsigned long long cursor, PickTemp &tmp) {
+  const int b = PGS_HIST_BINS - 1 - static_cast<int>(threadIdx.x);
+  const unsigned long long v = h[b];
+  const unsigned long long rank = level == 0 ? k : st->rank;
+  unsigned long long incl = 0;
+  PickScan(tmp.scan).InclusiveSum(v, incl);
+  if (b == 0) {  // every bin counted: the total, and the walk's end
+    tmp.nnz = incl;
+    tmp.bin = 0;
+    tmp.above = incl - v;
+  }
+  __syncthreads();
+  if (b > 0 && incl - v < rank && incl >= rank) {  // at most one thread
+    tmp.bin = b;
+    tmp.above = incl - v;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    radix_pick_apply(st, level, k, cand_cap, tmp.bin, tmp.above, tmp.nnz,
+                     h[tmp.bin], cursor);
 }
 
 // One level's histogram of the bits of |x| over nonzero entries whose top
@@ -200,6 +236,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ bool last;
   __shared__ unsigned long long level_hist[PGS_HIST_BINS];
   __shared__ unsigned long long cursor;
+  __shared__ PickTemp pick;
   bool use_cand = false, compact = false;
   size_t m = n;
   if (st != nullptr) {
@@ -294,7 +331,7 @@ __global__ void __launch_bounds__(kThreads)
     level_hist[bin] = __ldcg(hist + bin);
   if (threadIdx.x == 0) cursor = __ldcg(&st->cand_cursor);
   __syncthreads();
-  if (threadIdx.x == 0) radix_pick(st, level, k, cand_cap, level_hist, cursor);
+  radix_pick(st, level, k, cand_cap, level_hist, cursor, pick);
 }
 
 // The length of a list whose compaction totals lie at @p total (every tie
