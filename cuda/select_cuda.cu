@@ -289,20 +289,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < kHistItems; ++r) {
       const bool hit = b[r] != 0 && (b[r] & mask) == want;
-      const unsigned bin = (b[r] >> shift) & 0xffu;
-      const unsigned bal = __ballot_sync(0xffffffffu, hit);
-      // A candidate list (and real |x| at level 0) crowds a bin: when every
-      // hit of the warp falls in one, one lane adds them all, where each
-      // lane's own atomic serialised on the same words. (Two cheap votes,
-      // not a match over lanes, which would slow the passes over all of x.)
-      const unsigned first = __shfl_sync(0xffffffffu, bin, __ffs(bal | 1u) - 1);
-      if (__all_sync(0xffffffffu, !hit || bin == first)) {
-        if (bal != 0 && lane == static_cast<unsigned>(__ffs(bal) - 1))
-          atomicAdd(mine + bin, static_cast<unsigned>(__popc(bal)));
-      } else if (hit) {
-        atomicAdd(mine + bin, 1u);
-      }
+      if (hit) atomicAdd(mine + ((b[r] >> shift) & 0xffu), 1u);
       if (COMPACT && compact) {
+        const unsigned bal = __ballot_sync(0xffffffffu, hit);
         if (bal != 0) {  // warp-uniform
           const int leader = __ffs(bal) - 1;
           unsigned at = 0;
