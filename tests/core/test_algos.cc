@@ -1003,6 +1003,7 @@ TEST_P(TransportTest, OktopkVolumeBelowBound) {
       size_t n;
       double d;
     } cases[] = {{50000, 0.01}, {20000, 0.001}, {3000, 0.0005}, {800, 0.05}};
+    int64_t trimmed = 0, capped = 0;
     for (auto c : cases) {
       Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, c.d, 1, 6, 3), c.n);
       ASSERT_TRUE(all_ranks(run.ok()));
@@ -1022,8 +1023,13 @@ TEST_P(TransportTest, OktopkVolumeBelowBound) {
         EXPECT_LT(recv, bound) << "n=" << c.n << " step " << step;
         EXPECT_DOUBLE_EQ(bound, 6.0 * run.stats.k * (P - 1) / P);
         EXPECT_EQ(conservation_failures(run, c.n), 0);
+        trimmed += run.stats.trimmed;
+        capped += run.stats.capped;
       }
     }
+    // Phase 2's trim ran (in place, where the rank's picks land in G)
+    EXPECT_GT(trimmed, 0);
+    EXPECT_FALSE(all_ranks(capped == 0));  // and phase 1's on some rank
   });
 }
 
