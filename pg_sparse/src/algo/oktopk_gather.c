@@ -144,6 +144,8 @@ static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   const pgs_ops_t *ops = b->ops;
   const pgs_split_t *sp = &s->split;
   const int64_t c = s->info[3 * b->rank];
+  *count = c <= cap ? c : cap;
+  if (c == 0) return PGS_OK; /* G may be empty: no buffer to point into */
   int32_t *gi = (int32_t *)s->aidx.ptr + at;
   float *gv = (float *)s->aval.ptr + at;
   /* c was counted at thr: the selection is planned (no count pointer). */
@@ -152,9 +154,7 @@ static int region_picks(pgs_bucket_t *b, oktopk_state_t *s, float thr,
   /* Region-relative to global indices. */
   if (st == PGS_OK)
     st = ops->shift_idx(ops, gi, (size_t)c, -(int32_t)sp->bounds[b->rank]);
-  if (st != PGS_OK) return st;
-  *count = c <= cap ? c : cap;
-  if (c <= cap || cap == 0) return PGS_OK;
+  if (st != PGS_OK || c <= cap || cap == 0) return st;
   /* Keep the cap largest |v|, ties in index order, in place: exactly cap. */
   float t = 0.0f;
   int64_t n_gt = 0;
@@ -254,7 +254,7 @@ static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
  * owner keeps the rounding. */
 static int round_picks(pgs_bucket_t *b, oktopk_state_t *s, int64_t at,
                        int64_t c) {
-  if (!pgs_wire_narrow(b)) return PGS_OK;
+  if (!pgs_wire_narrow(b) || c == 0) return PGS_OK;
   char *wire = (char *)s->awire.ptr + (size_t)at * pgs_wire_bytes(b);
   return pgs_wire_round(b, (float *)s->aval.ptr + at, c, wire, b->resid,
                         (const int32_t *)s->aidx.ptr + at);
