@@ -453,10 +453,8 @@ int64_t steady_calls(pgs_algo_id_t algo, int P, bool dense_gather) {
     case PGS_ALGO_TOPKA:            // counts, pairs
     case PGS_ALGO_GAUSSIANK: return 2;
     case PGS_ALGO_TOPKDSA: return 2 + B + (dense_gather ? 1 : 2);
-    case PGS_ALGO_GTOPK:
-      return 2 * (2 + log2p) + 1;  // swaps, values
-    // counts, B, info, gather (and balance: stats.gather_balanced)
-    case PGS_ALGO_OKTOPK: return 3 + B;
+    case PGS_ALGO_GTOPK: return 2 * (2 + log2p) + 1;  // swaps, values
+    case PGS_ALGO_OKTOPK: return 4 + B;  // counts, B, info, balance, gather
     default: return -1;
   }
 }
@@ -474,8 +472,7 @@ TEST_P(AlgoTest, TransportCallBudgetIndependentOfN) {
         const pgs_stats_t &st = run.stats;
         // TopkDSA gathers densely when the union is large.
         const bool dense_gather = 3 * st.global_selected > (int64_t)n;
-        const int64_t want =
-            steady_calls(algo(), P, dense_gather) + st.gather_balanced;
+        const int64_t want = steady_calls(algo(), P, dense_gather);
         EXPECT_EQ(st.host_syncs, 0);  // host memory: nothing to wait for
         // A local threshold recompute is local work; a global one and a
         // repartition add collectives, and the first call adds the check.
@@ -992,25 +989,6 @@ TEST_P(TransportTest, OktopkSupportIsGlobalTopkOfReducedSelections) {
       ++checked;
     }
     EXPECT_GE(checked, 4);
-  });
-}
-
-// Where regions follow the picks (repartitioned every call), each rank's
-// picks are about its balanced share, and Ok-Topk sends them straight to
-// every peer: no balance round (stats.gather_balanced 0), one call fewer.
-TEST_P(TransportTest, OktopkGathersDirectlyWhenRegionsFollowPicks) {
-  on_every_rank([&] {
-    const size_t n = 60000;
-    Runner run(GetParam(), make_config(PGS_ALGO_OKTOPK, 0.01, 1, 1, 4), n);
-    ASSERT_TRUE(all_ranks(run.ok()));
-    int direct = 0;
-    for (int64_t step = 0; step < 12; ++step) {
-      ASSERT_TRUE(run.step_all(normal_data(n, 131, world_rank(), step)));
-      if (step == 0) continue;
-      direct += run.stats.gather_balanced == 0;
-      EXPECT_EQ(conservation_failures(run, n), 0);
-    }
-    EXPECT_GE(direct, 9) << "of 11 sparse calls";
   });
 }
 

@@ -149,9 +149,6 @@ typedef enum pgs_phase {
   X(int, repartitioned, "oktopk regions recomputed this call")              \
   X(int64_t, capped, "local picks held back by volume caps")                \
   X(int64_t, trimmed, "global picks held back by the volume cap")           \
-  X(int, gather_balanced,                                                   \
-    "oktopk: the picks were balanced across ranks before G's allgather "    \
-    "(one more round); 0: each rank sent its own picks to every peer")      \
   X(double, local_threshold, "the local threshold used")                    \
   X(double, global_threshold, "the global threshold used")                  \
   X(int64_t, ctrl_bytes_sent, "control bytes sent (counts, histograms)")    \

@@ -4,12 +4,10 @@
  * exact (the k-th largest |v| over all regions, by a distributed radix
  * select over small histograms) on schedule or when the reused threshold
  * picks outside [k/2, 2k], decided on the allgathered counts so every rank
- * agrees. Each rank then holds its region's picks, in their place in G. If
- * every rank can send its picks straight to every peer within the bound
- * (regions that follow the picks make them about equal), one exchange
- * allgathers them; else, as the reference does, they are first rebalanced
- * so rank j holds floor(T/P) or ceil(T/P) of them in global order, and the
- * shares are allgathered. Output v/P at G; residual cleared at L intersect G.
+ * agrees. Each rank then holds its region's picks; they are rebalanced so
+ * rank j holds floor(T/P) or ceil(T/P) of them in global order, and
+ * allgathered (one exchange of indices and values). Output v/P at G;
+ * residual cleared at L intersect G.
  *
  * Volume cap: every rank knows every rank's pick count and phase-1 volume,
  * so all compute the same largest per-region cap C that keeps each rank's
@@ -222,44 +220,20 @@ static int balance(pgs_bucket_t *b, oktopk_state_t *s, const int64_t *held,
   return pgs_comm_exchange(b->comm, sends, ns, recvs, nr);
 }
 
-/* Can every rank send its own picks straight to every peer, skipping the
- * balance round, and stay within the bound? Where regions follow the picks
- * (repartition), a rank's picks are about its balanced share, and the one
- * round sends about what balance and allgather would. Every rank decides
- * alike from the allgathered counts. */
-static int direct_fits(const pgs_bucket_t *b, const oktopk_state_t *s,
-                       int64_t T) {
-  const int P = b->size;
-  if (P == 1) return 1;
-  const int64_t limit = 6 * b->k * (P - 1); /* words * P must stay below */
-  for (int j = 0; j < P; ++j) {
-    const int64_t c = s->held[j];
-    const int64_t sent = s->info[3 * j + 1] + 2 * c * (P - 1);
-    const int64_t recv = s->info[3 * j + 2] + 2 * (T - c);
-    if (sent * P >= limit || recv * P >= limit) return 0;
-  }
-  return 1;
-}
-
-/* Allgather in place in G: every rank sends its block's indices and values
- * to every peer in one exchange, so G lies ascending in s->aidx and
- * s->aval. A rank's block is its balanced share after balance(), or with
- * @p direct its own held picks, already at their place (from @p at). */
-static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T, int64_t at,
-                      int direct) {
+/* Allgather of the balanced shares, in place in G: every rank sends its
+ * share's indices and values to every peer in one exchange (one round, where
+ * two allgathervs made two), so G lies ascending in s->aidx and s->aval. */
+static int gather_all(pgs_bucket_t *b, oktopk_state_t *s, int64_t T) {
   const int P = b->size, r = b->rank;
   const size_t w = pgs_wire_bytes(b);
   int32_t *ai = s->aidx.ptr;
   char *av = all_values(b, s);
   pgs_msg_t *sends = s->msgs, *recvs = s->msgs + 2 * P;
   int ns = 0, nr = 0;
-  const int64_t my0 = direct ? at : share_start(T, P, r);
-  const int64_t mine = direct ? s->held[r] : share(T, P, r);
-  int64_t h0 = 0; /* rank j's first held pick in G */
-  for (int j = 0; j < P; h0 += s->held[j], ++j) {
+  const int64_t mine = share(T, P, r), my0 = share_start(T, P, r);
+  for (int j = 0; j < P; ++j) {
+    const int64_t t = share(T, P, j), t0 = share_start(T, P, j);
     if (j == r) continue;
-    const int64_t t0 = direct ? h0 : share_start(T, P, j);
-    const int64_t t = direct ? s->held[j] : share(T, P, j);
     if (mine > 0) {
       sends[ns++] = (pgs_msg_t){j, ai + my0, (size_t)mine * 4};
       sends[ns++] = (pgs_msg_t){j, av + my0 * w, (size_t)mine * w};
@@ -329,11 +303,8 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   if (st != PGS_OK) return st;
   if (s->held[b->rank] != c) return PGS_ERR_INVALID; /* ops broke contract */
   st = round_picks(b, s, at, c);
-  /* One round where it fits the bound, else balance first (Ok-Topk's). */
-  const int direct = direct_fits(b, s, T);
-  b->stats.gather_balanced = !direct;
-  if (st == PGS_OK && !direct) st = balance(b, s, s->held, T, at);
-  if (st == PGS_OK) st = gather_all(b, s, T, at, direct);
+  if (st == PGS_OK) st = balance(b, s, s->held, T, at);
+  if (st == PGS_OK) st = gather_all(b, s, T);
   if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
   /* G is duplicate-free: one add per entry into zero gives v/P. */
   if (st == PGS_OK)
