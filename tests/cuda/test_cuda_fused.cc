@@ -123,6 +123,54 @@ TEST_F(CudaFused, AccumulateKthMatchesHostInOneWait) {
   }
 }
 
+// accumulate_kth's k-th on lists that crowd into few bins: zeros (at a zero
+// threshold, so the k-th may be a zero), denormals, one value repeated, and
+// a few thousand distinct magnitudes, at lengths that take the one-block
+// select (up to 2^20) and the multi-block passes (above it).
+TEST_F(CudaFused, AccumulateKthOfCrowdedListsMatchesHost) {
+  for (size_t n : {size_t{1000}, size_t{65537}, size_t{1} << 20,
+                   (size_t{1} << 20) + 4099}) {
+    if (n > max_n()) continue;
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> r0 = denormals(n, 21 + n);
+      for (size_t i = 0; i < n; ++i) {
+        if (kind == 1) r0[i] = i % 5 == 0 ? 0.0f : 0.75f;
+        if (kind == 2) r0[i] = 1.0f + static_cast<float>(i % 3001) / 1024.0f;
+      }
+      const std::vector<float> g(n, 0.0f);
+      for (float thr : {0.0f, from_bits(1u)}) {
+        const size_t mm = host_list_length(r0, g, thr);
+        for (size_t cap : {mm, mm + 7}) {
+          for (size_t k : {size_t{1}, mm / 3 + 1, mm - mm / 7, mm}) {
+            if (k == 0 || k > cap) continue;
+            std::vector<float> rh = r0;
+            std::vector<int32_t> ih(cap + 1);
+            std::vector<float> vh(cap + 1);
+            pgs_fused_t want{}, got{};
+            ASSERT_EQ(
+                cpu()->accumulate_kth(cpu(), rh.data(), g.data(), n, thr,
+                                      ih.data(), vh.data(), cap, k, &want),
+                PGS_OK);
+            Dev<float> r(r0), gd(g);
+            Dev<int32_t> idx(cap + 1);
+            Dev<float> val(cap + 1);
+            ASSERT_EQ(gpu()->accumulate_kth(gpu(), r.get(), gd.get(), n, thr,
+                                            idx.get(), val.get(), cap, k, &got),
+                      PGS_OK);
+            const std::string at =
+                "n " + std::to_string(n) + " kind " + std::to_string(kind) +
+                " thr " + std::to_string(bits_of(thr)) + " cap " +
+                std::to_string(cap) + " k " + std::to_string(k);
+            EXPECT_EQ(got.count, want.count) << at;
+            EXPECT_EQ(bits_of(got.kth), bits_of(want.kth)) << at;
+            EXPECT_EQ(got.n_gt, want.n_gt) << at;
+          }
+        }
+      }
+    }
+  }
+}
+
 // accumulate_kth_regions against the host table, in one wait for the
 // device: accumulate_kth's results and, where the k-th was found, the list's
 // region runs and counts at it (every region count of the host); with more
