@@ -31,6 +31,10 @@ typedef struct pgs_algo_vtable {
 typedef struct pgs_cand {
   float thr;     /* last exact local threshold (the anchor); < 0: none yet */
   float slack;   /* the list's threshold over thr, adapted per call */
+  /* The call before: its slack and its count at slack * thr (m0 < 0: no
+   * call yet), for the slack's next step (cand.c). */
+  float slack0;
+  int64_t m0;
   pgs_buf_t buf; /* [idx cap | val cap] */
   /* This call's list: */
   int32_t *idx;
