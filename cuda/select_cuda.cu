@@ -356,180 +356,6 @@ __global__ void fused_result_kernel(const RadixState *st,
   out->n_gt = whole ? st->n_gt : 0;
 }
 
-// ---- the k-th of a short list, by one block --------------------------------
-
-// A list of up to kListOneBlockMax entries is selected by one block in one
-// launch: its digits (bits 30..20, 19..10, 9..0 of |x|) are picked in shared
-// memory, with no state in global memory between levels and no last-block
-// ticket. The multi-block passes above cost 11-14 us a level over Ok-Topk's
-// lists of 80-160K entries (an H200 hook profile: four levels and two
-// one-thread kernels a call), nearly all of it the latency of each level's
-// chain of global round trips, not bandwidth (the list is at most 0.6 MB,
-// in L2 from the pass that wrote it).
-constexpr int kListThreads = 1024;
-constexpr int kListLevels = 3;
-constexpr int kListBins0 = 2048;  // level 0: bits 30..20 (bit 31 is clear)
-constexpr int kListBins = 1024;   // levels 1 and 2: ten bits each
-// Candidates kept in shared memory once a level's bin is known to fit: the
-// later levels read them instead of the list.
-constexpr unsigned kListCand = 8192;
-constexpr size_t kListOneBlockMax = size_t{1} << 20;
-constexpr int kListUnroll = 8;
-
-__device__ __forceinline__ int list_shift(int level) {
-  return level == 0 ? 20 : level == 1 ? 10 : 0;
-}
-
-using ListScan = cub::BlockScan<unsigned, kListThreads>;
-
-struct ListShared {
-  unsigned hist[kListBins0];
-  uint32_t cand[kListCand];
-  unsigned cand_n;
-  typename ListScan::TempStorage scan;
-  int bin;
-  unsigned above, nnz;
-};
-
-// Adds one entry's bin to the shared histogram, one atomic per distinct bin
-// of the warp (gradient magnitudes crowd into a few bins: a plain atomic
-// per lane would serialise on them). Called by whole warps; @p hit says
-// whether this lane's entry counts.
-__device__ __forceinline__ void list_hist_add(unsigned *hist, bool hit,
-                                              unsigned bin) {
-  const unsigned key = hit ? bin : 0xffffffffu;
-  const unsigned peers = __match_any_sync(0xffffffffu, key);
-  if (hit && (peers & lanemask_lt()) == 0) atomicAdd(hist + bin, __popc(peers));
-}
-
-// Appends hits to the shared candidates, one shared atomic per warp.
-__device__ __forceinline__ void list_append(ListShared &sh, bool hit,
-                                            uint32_t b) {
-  const unsigned bal = __ballot_sync(0xffffffffu, hit);
-  if (bal == 0) return;
-  const int leader = __ffs(bal) - 1;
-  const unsigned lane = threadIdx.x & 31;
-  unsigned at = 0;
-  if (lane == static_cast<unsigned>(leader))
-    at = atomicAdd(&sh.cand_n, __popc(bal));
-  at = __shfl_sync(0xffffffffu, at, leader);
-  if (hit) sh.cand[at + __popc(bal & lanemask_lt())] = b;
-}
-
-// One level's histogram of the entries whose bits above the level's digit
-// equal @p prefix: from the shared candidates, or from the list (appending
-// the matches to the candidates with @p append).
-__device__ void list_level_hist(ListShared &sh, const float *__restrict__ val,
-                                unsigned m, int level, uint32_t prefix,
-                                bool from_cand, bool append) {
-  const int shift = list_shift(level);
-  const uint32_t hi = level == 0 ? 0u : ~0u << (shift + 10);
-  const unsigned bins = level == 0 ? kListBins0 : kListBins;
-  const unsigned n = from_cand ? sh.cand_n : m;
-  // Rounds are uniform across the block, so every lane reaches the warp
-  // votes; entries past the end count as zeros (never hits).
-  const unsigned step = kListThreads * kListUnroll;
-  for (unsigned base = 0; base < n; base += step) {
-    uint32_t b[kListUnroll];
-#pragma unroll
-    for (int r = 0; r < kListUnroll; ++r) {
-      const unsigned i = base + r * kListThreads + threadIdx.x;
-      b[r] = i >= n ? 0u : from_cand ? sh.cand[i] : abs_bits(val[i]);
-    }
-#pragma unroll
-    for (int r = 0; r < kListUnroll; ++r) {
-      const bool hit = b[r] != 0 && (b[r] & hi) == prefix;
-      list_hist_add(sh.hist, hit, (b[r] >> shift) & (bins - 1));
-      if (append) list_append(sh, hit, b[r]);
-    }
-  }
-}
-
-// The level's bin holding the entry of rank @p rank (1 = largest) among
-// those counted: each thread holds bins/kListThreads adjacent bins from the
-// top, one block scan gives every bin the count at and above it.
-__device__ void list_pick(ListShared &sh, int level, unsigned rank) {
-  constexpr int kPer = kListBins0 / kListThreads;
-  const int per = level == 0 ? kPer : 1;
-  const int top = (level == 0 ? kListBins0 : kListBins) - 1 -
-                  static_cast<int>(threadIdx.x) * per;
-  unsigned v[kPer] = {};
-  unsigned own = 0;
-  for (int j = 0; j < per; ++j) own += v[j] = sh.hist[top - j];
-  unsigned before = 0, total = 0;
-  ListScan(sh.scan).ExclusiveSum(own, before, total);
-  if (threadIdx.x == 0) {
-    sh.nnz = total;
-    sh.bin = -1;
-  }
-  __syncthreads();
-  for (int j = 0; j < per; ++j) {
-    if (before < rank && before + v[j] >= rank) {  // one bin in the block
-      sh.bin = top - j;
-      sh.above = before;
-    }
-    before += v[j];
-  }
-  __syncthreads();
-}
-
-// accumulate_kth's answer for a list of at most kListOneBlockMax entries:
-// the list's length, and its k-th largest |val| and the entries above it
-// where the list holds it whole (k <= length <= cap). Zeros are not
-// counted; where fewer than k entries are nonzero, the k-th is a zero and
-// every nonzero lies above it (as the radix passes and the host decide).
-__global__ void __launch_bounds__(kListThreads)
-    list_kth_kernel(const float *__restrict__ val, const ulonglong2 *total,
-                    unsigned long long cap, unsigned long long k,
-                    FusedOut *out) {
-  __shared__ ListShared sh;
-  const unsigned long long len = total->x + total->y;
-  const bool whole = k >= 1 && len >= k && len <= cap;
-  if (!whole) {
-    if (threadIdx.x == 0) {
-      out->count = len;
-      out->kth = -1.0f;
-      out->n_gt = 0;
-    }
-    return;
-  }
-  const auto m = static_cast<unsigned>(len);
-  if (threadIdx.x == 0) sh.cand_n = 0;
-  uint32_t prefix = 0;
-  auto rank = static_cast<unsigned>(k);
-  unsigned above = 0, in_bin = m;
-  bool from_cand = false;
-  for (int level = 0; level < kListLevels; ++level) {
-    for (int j = threadIdx.x; j < kListBins0; j += kListThreads) sh.hist[j] = 0;
-    __syncthreads();
-    // Once the bin chosen so far fits, this pass keeps its entries.
-    const bool append = !from_cand && level > 0 && in_bin <= kListCand;
-    list_level_hist(sh, val, m, level, prefix, from_cand, append);
-    __syncthreads();
-    list_pick(sh, level, rank);
-    if (level == 0 && sh.nnz < rank) {
-      if (threadIdx.x == 0) {
-        out->count = len;
-        out->kth = 0.0f;
-        out->n_gt = static_cast<long long>(sh.nnz);
-      }
-      return;
-    }
-    const int b = sh.bin;
-    rank -= sh.above;
-    above += sh.above;
-    in_bin = sh.hist[b];
-    prefix |= static_cast<uint32_t>(b) << list_shift(level);
-    from_cand = from_cand || append;
-    __syncthreads();  // everyone has read the pick before it is reused
-  }
-  if (threadIdx.x == 0) {
-    out->count = len;
-    out->kth = __uint_as_float(prefix);
-    out->n_gt = static_cast<long long>(above);
-  }
-}
-
 // Candidate buffer of a radix select over n entries: up to n / 16 of the
 // chosen bin's bits (at least 64K, at most n). Data whose bins are all
 // larger falls back to full passes over x, as the host does.
@@ -585,21 +411,18 @@ static_assert(sizeof(RadixState) <= kFusedOutOffset,
               "the radix state ends before accumulate_kth's results");
 
 size_t kth_list_scratch_bytes(size_t cap) {
-  return cap <= kListOneBlockMax ? 0 : cand_cap_for(cap) * sizeof(uint32_t);
+  return cand_cap_for(cap) * sizeof(uint32_t);
 }
 
 int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
                    const ulonglong2 *total, void *scratch, FusedOut *out) {
-  if (cap <= kListOneBlockMax) {
-    list_kth_kernel<<<1, kListThreads, 0, c->stream>>>(val, total, cap, k, out);
-    PGS_LAUNCHED();
-    return PGS_OK;
-  }
   auto *st = static_cast<RadixState *>(c->small.ptr);  // zeroed by the caller
   radix_list_init_kernel<<<1, 1, 0, c->stream>>>(st, total, cap);
   PGS_LAUNCHED();
-  PGS_RETURN_IF(queue_radix(
-      c, val, cap, k, st, static_cast<uint32_t *>(scratch), cand_cap_for(cap)));
+  if (k >= 1 && k <= cap)
+    PGS_RETURN_IF(queue_radix(c, val, cap, k, st,
+                              static_cast<uint32_t *>(scratch),
+                              cand_cap_for(cap)));
   fused_result_kernel<<<1, 1, 0, c->stream>>>(st, total, cap, k, out);
   PGS_LAUNCHED();
   return PGS_OK;

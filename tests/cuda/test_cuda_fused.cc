@@ -125,8 +125,7 @@ TEST_F(CudaFused, AccumulateKthMatchesHostInOneWait) {
 
 // accumulate_kth's k-th on lists that crowd into few bins: zeros (at a zero
 // threshold, so the k-th may be a zero), denormals, one value repeated, and
-// a few thousand distinct magnitudes, at lengths that take the one-block
-// select (up to 2^20) and the multi-block passes (above it).
+// a few thousand distinct magnitudes, at lengths up to and past 2^20.
 TEST_F(CudaFused, AccumulateKthOfCrowdedListsMatchesHost) {
   for (size_t n : {size_t{1000}, size_t{65537}, size_t{1} << 20,
                    (size_t{1} << 20) + 4099}) {
