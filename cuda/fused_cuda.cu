@@ -136,7 +136,21 @@ __global__ void __launch_bounds__(kThreads)
     gt += (a > thr) & (v != 0.0f);
     eq += (a == thr) & (v != 0.0f);
   }
-  if (cur >= 0) {
+  // The last flush: a warp whose lanes all end in one region adds up its
+  // counts first and one lane adds them for it, where every lane of the
+  // block adding to one shared counter serialises them (the kernel took
+  // 19 us a call in an H200 hook profile). Per-lane counts fit 32 bits.
+  const int cur0 = __shfl_sync(0xffffffffu, cur, 0);
+  if (__all_sync(0xffffffffu, cur == cur0)) {
+    const unsigned g =
+        __reduce_add_sync(0xffffffffu, static_cast<unsigned>(gt));
+    const unsigned e =
+        __reduce_add_sync(0xffffffffu, static_cast<unsigned>(eq));
+    if ((threadIdx.x & 31) == 0 && cur >= 0) {
+      atomicAdd(&sh[2 * cur], static_cast<unsigned long long>(g));
+      atomicAdd(&sh[2 * cur + 1], static_cast<unsigned long long>(e));
+    }
+  } else if (cur >= 0) {
     atomicAdd(&sh[2 * cur], gt);
     atomicAdd(&sh[2 * cur + 1], eq);
   }
