@@ -29,8 +29,8 @@ typedef struct pgs_algo_vtable {
  *  lists every entry with |x| >= slack * thr, and the exact k-th comes from
  *  the list when it holds at least k entries. */
 typedef struct pgs_cand {
-  float thr;     /* last exact local threshold (the anchor); < 0: none yet */
-  float slack;   /* the list's threshold over thr, adapted per call */
+  float thr;   /* last exact local threshold (the anchor); < 0: none yet */
+  float slack; /* the list's threshold over thr, adapted per call */
   /* The call before: its slack and its count at slack * thr (m0 < 0: no
    * call yet), for the slack's next step (cand.c). */
   float slack0;

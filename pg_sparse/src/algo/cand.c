@@ -59,8 +59,8 @@ static float next_slack(pgs_cand_t *c, int64_t m, int64_t k) {
   const double lm = log((double)(m > 1 ? m : 1));
   double slope = CAND_SLOPE_PLAIN;
   if (m0 >= 0 && s0 > 0.0f && fabs(log((double)slack / s0)) > 1e-4) {
-    const double line = (lm - log((double)(m0 > 1 ? m0 : 1))) /
-                        log((double)slack / (double)s0);
+    const double line =
+        (lm - log((double)(m0 > 1 ? m0 : 1))) / log((double)slack / (double)s0);
     if (line < -2.0) slope = line < -200.0 ? -200.0 : line;
   }
   double step = exp((log(1.8 * (double)k) - lm) / slope);
