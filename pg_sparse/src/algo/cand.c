@@ -49,13 +49,12 @@ void pgs_cand_fini(pgs_cand_t *c, const pgs_ops_t *ops) {
  * line; held to 10% a call. Inside the band the slack stays. */
 #define CAND_SLOPE_PLAIN (-20.0) /* ln count per ln slack, without a line */
 
-static float next_slack(pgs_cand_t *c, int64_t m, int64_t k) {
-  const float slack = c->slack;
-  const int64_t m0 = c->m0;
-  const float s0 = c->slack0;
+static void steer_slack(pgs_cand_t *c, int64_t k) {
+  const float slack = c->slack, s0 = c->slack0;
+  const int64_t m = c->m, m0 = c->m0;
   c->m0 = m;
   c->slack0 = slack;
-  if (10 * m >= 13 * k && 2 * m <= 5 * k) return slack;
+  if (10 * m >= 13 * k && 2 * m <= 5 * k) return;
   const double lm = log((double)(m > 1 ? m : 1));
   double slope = CAND_SLOPE_PLAIN;
   if (m0 >= 0 && s0 > 0.0f && fabs(log((double)slack / s0)) > 1e-4) {
@@ -69,7 +68,7 @@ static float next_slack(pgs_cand_t *c, int64_t m, int64_t k) {
   float next = (float)(slack * step);
   if (next > 1.0f) next = 1.0f;
   if (next < CAND_SLACK_MIN) next = CAND_SLACK_MIN;
-  return next;
+  c->slack = next;
 }
 
 int pgs_cand_accumulate(pgs_bucket_t *b, pgs_cand_t *c, const float *grad,
@@ -91,7 +90,7 @@ int pgs_cand_accumulate(pgs_bucket_t *b, pgs_cand_t *c, const float *grad,
   c->kth = res.kth;
   c->n_gt = res.n_gt;
   c->ok = cthr < INFINITY && c->m <= cap;
-  if (cthr < INFINITY) c->slack = next_slack(c, c->m, b->k);
+  if (cthr < INFINITY) steer_slack(c, b->k);
   return st;
 }
 
