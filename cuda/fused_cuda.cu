@@ -91,74 +91,6 @@ int select_once(Ctx *c, float *r, const float *g, size_t n, float thr,
   return PGS_OK;
 }
 
-// accumulate_kth_regions' counts: the list's entries (ascending global
-// indices idx, values val, its length on the device) in each region
-// [keys[j], keys[j+1]) above and at the list's k-th (nonzero values, as
-// count_regions counts them), and where each region's run begins. Nothing
-// when the list does not hold the k-th (fo->kth < 0: the host ignores the
-// counts). Each block takes a contiguous run of the list, so a thread's
-// entries ascend and its region changes at most nreg times: it counts in
-// registers and adds to the block's counters only at a change.
-__global__ void __launch_bounds__(kThreads)
-    regions_at_kth_kernel(const int32_t *__restrict__ idx,
-                          const float *__restrict__ val, unsigned long long cap,
-                          const ulonglong2 *total, const FusedOut *fo,
-                          ParamBounds keys, int nreg,
-                          unsigned long long *counts, long long *pos) {
-  __shared__ unsigned long long sh[2 * (kParamBounds - 1)];
-  const float thr = fo->kth;
-  if (!(thr >= 0.0f)) return;  // block-uniform, before any barrier
-  unsigned long long m = total->x + total->y;
-  if (m > cap) m = cap;
-  for (int j = threadIdx.x; j < 2 * nreg; j += blockDim.x) sh[j] = 0;
-  if (blockIdx.x == 0 && threadIdx.x <= static_cast<unsigned>(nreg))
-    pos[threadIdx.x] =
-        static_cast<long long>(lower_bound_i32(idx, m, keys[threadIdx.x]));
-  __syncthreads();
-  const unsigned long long per = (m + gridDim.x - 1) / gridDim.x;
-  const unsigned long long b0 = per * blockIdx.x;
-  const unsigned long long b1 = b0 + per < m ? b0 + per : m;
-  int cur = -1;
-  unsigned long long gt = 0, eq = 0;
-  for (unsigned long long i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
-    const long long gi = idx[i];
-    if (gi < keys[0] || gi >= keys[nreg]) continue;
-    const int lo = region_of(keys, 0, nreg - 1, gi);
-    if (lo != cur) {
-      if (cur >= 0) {
-        atomicAdd(&sh[2 * cur], gt);
-        atomicAdd(&sh[2 * cur + 1], eq);
-      }
-      cur = lo;
-      gt = eq = 0;
-    }
-    const float v = val[i], a = fabsf(v);
-    gt += (a > thr) & (v != 0.0f);
-    eq += (a == thr) & (v != 0.0f);
-  }
-  // The last flush: a warp whose lanes all end in one region adds up its
-  // counts first and one lane adds them for it, where every lane of the
-  // block adding to one shared counter serialises them (the kernel took
-  // 19 us a call in an H200 hook profile). Per-lane counts fit 32 bits.
-  const int cur0 = __shfl_sync(0xffffffffu, cur, 0);
-  if (__all_sync(0xffffffffu, cur == cur0)) {
-    const unsigned g =
-        __reduce_add_sync(0xffffffffu, static_cast<unsigned>(gt));
-    const unsigned e =
-        __reduce_add_sync(0xffffffffu, static_cast<unsigned>(eq));
-    if ((threadIdx.x & 31) == 0 && cur >= 0) {
-      atomicAdd(&sh[2 * cur], static_cast<unsigned long long>(g));
-      atomicAdd(&sh[2 * cur + 1], static_cast<unsigned long long>(e));
-    }
-  } else if (cur >= 0) {
-    atomicAdd(&sh[2 * cur], gt);
-    atomicAdd(&sh[2 * cur + 1], eq);
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < 2 * nreg; j += blockDim.x)
-    if (sh[j] != 0) atomicAdd(&counts[j], sh[j]);
-}
-
 }  // namespace
 
 int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
@@ -216,11 +148,9 @@ int accumulate_kth_queue(const pgs_ops_t *ops, float *r, const float *g,
                                           kFusedOutOffset);
   auto *counts = reinterpret_cast<unsigned long long *>(fo + 1);
   auto *dpos = reinterpret_cast<long long *>(counts + 2 * nreg);
-  // One scratch for the compaction's tiles, then the select's candidates:
-  // grown before anything is queued, as growing frees the old buffer.
-  const size_t tile_bytes = (compact_scratch_bytes(n) + 255) & ~size_t{255};
-  PGS_RETURN_IF(
-      ensure_device(&c->work, tile_bytes + kth_list_scratch_bytes(cap)));
+  // The compaction's tiles: grown before anything is queued, as growing
+  // frees the old buffer.
+  PGS_RETURN_IF(ensure_device(&c->work, compact_scratch_bytes(n)));
   // The pass's reset kernel clears the radix state at the start of c->small
   // (kth_list_queue), the two counters of *fo and the region counts: no
   // memset of its own.
@@ -233,17 +163,15 @@ int accumulate_kth_queue(const pgs_ops_t *ops, float *r, const float *g,
   PGS_RETURN_IF(accumulate_compact_queue(
       c, r, g, n, thr, idx, val, cap, c->work.ptr, &fo->nonfinite, nullptr,
       &total, static_cast<unsigned long long *>(c->small.ptr), zero_words));
-  PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total,
-                               static_cast<char *>(c->work.ptr) + tile_bytes,
-                               fo));
+  ListRegions lr;
   if (reg != nullptr) {
-    ParamBounds pk{};
-    for (size_t j = 0; j <= nreg; ++j) pk.b[j] = reg->keys[j];
-    regions_at_kth_kernel<<<grid_for(c, regions_at_kth_kernel, cap, 4),
-                            kThreads, 0, c->stream>>>(
-        idx, val, cap, total, fo, pk, reg->nreg, counts, dpos);
-    PGS_LAUNCHED();
+    lr.idx = idx;
+    for (size_t j = 0; j <= nreg; ++j) lr.keys.b[j] = reg->keys[j];
+    lr.nreg = reg->nreg;
+    lr.counts = counts;
+    lr.pos = dpos;
   }
+  PGS_RETURN_IF(kth_list_queue(c, val, cap, k, total, lr, fo));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, fo, sizeof(FusedOut) + reg_bytes, &host));
   const auto *h = static_cast<const FusedOut *>(host);

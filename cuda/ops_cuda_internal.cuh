@@ -97,14 +97,6 @@ int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
                              ulonglong2 *total_at, const ulonglong2 **total,
                              unsigned long long *zero, unsigned zero_words);
 
-// kth_abs of the list accumulate_compact_queue wrote (its length read from
-// *total on the device, at most @p cap) queued without a wait; the answer and
-// the list's length go to *out. @p scratch holds kth_list_scratch_bytes(cap);
-// the radix state at the start of c->small must be zeroed before.
-size_t kth_list_scratch_bytes(size_t cap);
-int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
-                   const ulonglong2 *total, void *scratch, FusedOut *out);
-
 // Leaves to the device the check that a selection whose totals tile_select
 // wrote to @p total took exactly @p expect entries (no host wait).
 int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
@@ -345,6 +337,27 @@ __device__ __forceinline__ int region_of(const Bounds &bounds, int lo, int hi,
   }
   return lo;
 }
+
+// Regions [keys[j], keys[j+1]) of a list (ascending indices idx) to count
+// at its k-th: nreg 0 counts nothing. counts[2 * nreg] must be zeroed
+// before; pos[0..nreg] receives where each region's run begins.
+struct ListRegions {
+  const int32_t *idx = nullptr;
+  ParamBounds keys{};
+  int nreg = 0;
+  unsigned long long *counts = nullptr;
+  long long *pos = nullptr;
+};
+
+// The exact k-th largest |val| of the list accumulate_compact_queue wrote
+// (its length read from *total on the device, at most @p cap), and the
+// list's counts per region at it, in one cooperative kernel queued without
+// a wait. *out gets the list's length, and its k-th and the entries above
+// it where the list holds it whole (k <= length <= cap; otherwise kth -1).
+// The radix state at the start of c->small must be zeroed before.
+int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
+                   const ulonglong2 *total, const ListRegions &reg,
+                   FusedOut *out);
 
 // Queues the per-region counts of x at thr over the device bounds
 // dbounds[0..nreg] into counts[2 * nreg] (zeroed first unless @p zeroed: an

@@ -6,6 +6,7 @@
 // normal number, and both tables agree bit for bit.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cooperative_groups.h>
 
 #include "ops_cuda_internal.cuh"
 
@@ -334,26 +335,170 @@ __global__ void __launch_bounds__(kThreads)
   radix_pick(st, level, k, cand_cap, level_hist, cursor, pick);
 }
 
-// The length of a list whose compaction totals lie at @p total (every tie
-// taken), as the radix passes' input length.
-__global__ void radix_list_init_kernel(RadixState *st, const ulonglong2 *total,
-                                       unsigned long long cap) {
-  const unsigned long long m = total->x + total->y;
-  st->x_len = m < cap ? m : cap;
-  st->x_len_set = 1;
+// ---- the candidate list's k-th: one cooperative kernel --------------------
+
+// Entries per thread and pass that size the list kernel's grid (the list's
+// length is known on the device only, so the grid is sized for its cap).
+constexpr int kListItems = 16;
+
+// One level's histogram of the list's bits under @p prefix (the top
+// 8 * level bits fixed), this block's slice [b0, b1) added into @p hist.
+__device__ void list_level_hist(const float *__restrict__ val,
+                                unsigned long long b0, unsigned long long b1,
+                                int level, uint32_t prefix, unsigned *sh,
+                                unsigned long long *hist) {
+  for (int i = threadIdx.x; i < kHistCopies * kHistStride; i += blockDim.x)
+    sh[i] = 0;
+  __syncthreads();
+  const uint32_t mask = level == 0 ? 0u : ~0u << (32 - 8 * level);
+  const uint32_t want = prefix & mask;
+  const unsigned shift = 24 - 8 * level;
+  unsigned *mine = sh + (threadIdx.x & (kHistCopies - 1)) * kHistStride;
+  for (unsigned long long i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+    const uint32_t b = abs_bits(val[i]);
+    if (b != 0 && (b & mask) == want)
+      atomicAdd(mine + ((b >> shift) & 0xffu), 1u);
+  }
+  __syncthreads();
+  for (int bin = threadIdx.x; bin < PGS_HIST_BINS; bin += blockDim.x) {
+    unsigned sum = 0;
+#pragma unroll
+    for (int k = 0; k < kHistCopies; ++k) sum += sh[k * kHistStride + bin];
+    if (sum != 0) atomicAdd(hist + bin, static_cast<unsigned long long>(sum));
+  }
 }
 
-// accumulate_kth's answer: the list's length, and its k-th largest where the
-// list holds it whole (k <= length <= cap).
-__global__ void fused_result_kernel(const RadixState *st,
-                                    const ulonglong2 *total,
-                                    unsigned long long cap,
-                                    unsigned long long k, FusedOut *out) {
-  const unsigned long long m = total->x + total->y;
-  out->count = m;
-  const bool whole = k >= 1 && m >= k && m <= cap;
-  out->kth = whole ? st->thr : -1.0f;
-  out->n_gt = whole ? st->n_gt : 0;
+// The pick of one level from the whole grid's histogram @p h (as
+// radix_pick's scan: thread t holds bin 255 - t). Every block computes the
+// same pick, so no block waits for another to publish it.
+struct ListPick {
+  typename PickScan::TempStorage scan;
+  int bin;
+  unsigned long long above, nnz;
+};
+__device__ void list_pick(const unsigned long long *h, unsigned long long rank,
+                          ListPick &t) {
+  const int b = PGS_HIST_BINS - 1 - static_cast<int>(threadIdx.x);
+  const unsigned long long v = __ldcg(h + b);
+  unsigned long long incl = 0;
+  PickScan(t.scan).InclusiveSum(v, incl);
+  if (b == 0) {
+    t.nnz = incl;
+    t.bin = 0;
+    t.above = incl - v;
+  }
+  __syncthreads();
+  if (b > 0 && incl - v < rank && incl >= rank) {
+    t.bin = b;
+    t.above = incl - v;
+  }
+  __syncthreads();
+}
+
+// This block's slice of the list counted per region above and at thr
+// (nonzero values, as count_regions counts them). A thread's entries
+// ascend, so its region changes at most nreg times: it counts in registers
+// and adds to the block's counters at a change; a warp whose lanes all end
+// in one region adds its last counts once.
+__device__ void list_regions(const float *__restrict__ val,
+                             unsigned long long b0, unsigned long long b1,
+                             float thr, const ListRegions &reg,
+                             unsigned long long *sh) {
+  for (int j = threadIdx.x; j < 2 * reg.nreg; j += blockDim.x) sh[j] = 0;
+  __syncthreads();
+  int cur = -1;
+  unsigned long long gt = 0, eq = 0;
+  for (unsigned long long i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+    const long long gi = reg.idx[i];
+    if (gi < reg.keys[0] || gi >= reg.keys[reg.nreg]) continue;
+    const int lo = region_of(reg.keys, 0, reg.nreg - 1, gi);
+    if (lo != cur) {
+      if (cur >= 0) {
+        atomicAdd(&sh[2 * cur], gt);
+        atomicAdd(&sh[2 * cur + 1], eq);
+      }
+      cur = lo;
+      gt = eq = 0;
+    }
+    const float v = val[i], a = fabsf(v);
+    gt += (a > thr) & (v != 0.0f);
+    eq += (a == thr) & (v != 0.0f);
+  }
+  const int cur0 = __shfl_sync(0xffffffffu, cur, 0);
+  if (__all_sync(0xffffffffu, cur == cur0)) {
+    const unsigned g =
+        __reduce_add_sync(0xffffffffu, static_cast<unsigned>(gt));
+    const unsigned e =
+        __reduce_add_sync(0xffffffffu, static_cast<unsigned>(eq));
+    if ((threadIdx.x & 31) == 0 && cur >= 0) {
+      atomicAdd(&sh[2 * cur], static_cast<unsigned long long>(g));
+      atomicAdd(&sh[2 * cur + 1], static_cast<unsigned long long>(e));
+    }
+  } else if (cur >= 0) {
+    atomicAdd(&sh[2 * cur], gt);
+    atomicAdd(&sh[2 * cur + 1], eq);
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < 2 * reg.nreg; j += blockDim.x)
+    if (sh[j] != 0) atomicAdd(&reg.counts[j], sh[j]);
+}
+
+// kth_list_queue's kernel, launched cooperatively: the four radix levels
+// of the list's k-th with a grid barrier after each level's histogram (one
+// launch, where a launch per level and two one-thread kernels cost about
+// 47 us a call on an H200, each level waiting for its launch), then the
+// regions' counts at the k-th. Each block takes one contiguous slice of
+// the list for every pass.
+__global__ void __launch_bounds__(kThreads)
+    list_kth_kernel(const float *__restrict__ val, unsigned long long cap,
+                    unsigned long long k, const ulonglong2 *total,
+                    RadixState *st, ListRegions reg, FusedOut *out) {
+  __shared__ unsigned sh[kHistCopies * kHistStride];
+  __shared__ unsigned long long rsh[2 * (kParamBounds - 1)];
+  __shared__ ListPick pick;
+  const unsigned long long mt = total->x + total->y;
+  const bool whole = k >= 1 && mt >= k && mt <= cap;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    out->count = mt;
+    if (!whole) {
+      out->kth = -1.0f;
+      out->n_gt = 0;
+    }
+  }
+  if (!whole) return;  // grid-uniform, before any barrier
+  if (blockIdx.x == 0 && threadIdx.x <= static_cast<unsigned>(reg.nreg) &&
+      reg.nreg > 0)
+    reg.pos[threadIdx.x] = static_cast<long long>(
+        lower_bound_i32(reg.idx, mt, reg.keys[threadIdx.x]));
+  const unsigned long long per = (mt + gridDim.x - 1) / gridDim.x;
+  const unsigned long long b0 = per * blockIdx.x < mt ? per * blockIdx.x : mt;
+  const unsigned long long b1 = b0 + per < mt ? b0 + per : mt;
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  uint32_t prefix = 0;
+  unsigned long long rank = k, above = 0;
+  float thr = 0.0f;
+  bool done = false;
+  for (int level = 0; level < PGS_HIST_LEVELS && !done; ++level) {
+    list_level_hist(val, b0, b1, level, prefix, sh, st->hist[level]);
+    grid.sync();
+    list_pick(st->hist[level], rank, pick);
+    if (level == 0 && k > pick.nnz) {
+      // The k-th largest is a zero; every nonzero lies above it.
+      above = pick.nnz;
+      done = true;
+    } else {
+      rank -= pick.above;
+      above += pick.above;
+      prefix |= static_cast<uint32_t>(pick.bin) << (24 - 8 * level);
+      thr = __uint_as_float(prefix);
+    }
+    __syncthreads();  // pick is rewritten by the next level
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    out->kth = thr;
+    out->n_gt = static_cast<long long>(above);
+  }
+  if (reg.nreg > 0) list_regions(val, b0, b1, thr, reg, rsh);
 }
 
 // Candidate buffer of a radix select over n entries: up to n / 16 of the
@@ -410,21 +555,25 @@ int queue_count_regions(Ctx *c, const float *x, const Bounds &bounds, int nreg,
 static_assert(sizeof(RadixState) <= kFusedOutOffset,
               "the radix state ends before accumulate_kth's results");
 
-size_t kth_list_scratch_bytes(size_t cap) {
-  return cand_cap_for(cap) * sizeof(uint32_t);
-}
-
 int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
-                   const ulonglong2 *total, void *scratch, FusedOut *out) {
+                   const ulonglong2 *total, const ListRegions &reg,
+                   FusedOut *out) {
   auto *st = static_cast<RadixState *>(c->small.ptr);  // zeroed by the caller
-  radix_list_init_kernel<<<1, 1, 0, c->stream>>>(st, total, cap);
-  PGS_LAUNCHED();
-  if (k >= 1 && k <= cap)
-    PGS_RETURN_IF(queue_radix(c, val, cap, k, st,
-                              static_cast<uint32_t *>(scratch),
-                              cand_cap_for(cap)));
-  fused_result_kernel<<<1, 1, 0, c->stream>>>(st, total, cap, k, out);
-  PGS_LAUNCHED();
+  // At most the blocks resident at once (grid_for): a cooperative launch
+  // needs every block on the device together, for the grid barriers.
+  const unsigned grid = grid_for(c, list_kth_kernel, cap, kListItems);
+  unsigned long long cap_arg = cap, k_arg = k;
+  ListRegions reg_arg = reg;
+  void *args[] = {const_cast<float **>(&val),
+                  &cap_arg,
+                  &k_arg,
+                  const_cast<ulonglong2 **>(&total),
+                  &st,
+                  &reg_arg,
+                  &out};
+  PGS_CU(cudaLaunchCooperativeKernel(
+      reinterpret_cast<const void *>(list_kth_kernel), grid, kThreads, args, 0,
+      c->stream));
   return PGS_OK;
 }
 
