@@ -276,14 +276,6 @@ __global__ void copy_selected_kernel(const int32_t *__restrict__ si,
   }
 }
 
-// A planned selection's check: its totals must give exactly @p expect.
-__global__ void check_count_kernel(const ulonglong2 *total,
-                                   unsigned long long quota,
-                                   unsigned long long expect, unsigned *err) {
-  const ulonglong2 t = *total;
-  if (t.x + (t.y < quota ? t.y : quota) != expect) atomicOr(err, kErrContract);
-}
-
 // merge_pairs. Elements [0, a_span) are list a (span-aligned), the rest list
 // b. merge_bounds_kernel finds for every element the position of its index
 // in the other list (lower bound, kept in lb); the tile passes flag class 2
@@ -396,11 +388,24 @@ int none_selected(size_t cap, int64_t *count_host) {
   return PGS_OK;
 }
 
+// Where the caller planned the count (no count pointer), the pass itself
+// checks it on the device (no host wait): exactly @p cap entries.
+void plan_check(Ctx *c, OnceScratch *os, unsigned long long quota, size_t cap,
+                const int64_t *count_host) {
+  if (count_host != nullptr) return;
+  os->check.err = static_cast<unsigned *>(c->err_dev.ptr);
+  os->check.quota = quota;
+  os->check.expect = cap;
+}
+
 // The count of a selection whose totals lie at @p total: read back, or,
 // when the caller planned it (no count pointer), checked on the device.
 int finish_selection(Ctx *c, const ulonglong2 *total, unsigned long long quota,
                      size_t cap, int64_t *count_host) {
-  if (count_host == nullptr) return defer_count_check(c, total, quota, cap);
+  if (count_host == nullptr) {  // the pass checked it (plan_check)
+    c->err_pending = true;
+    return PGS_OK;
+  }
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, total, sizeof(ulonglong2), &host));
   const int64_t count =
@@ -412,15 +417,6 @@ int finish_selection(Ctx *c, const ulonglong2 *total, unsigned long long quota,
 }  // namespace
 
 // ---- entry points ---------------------------------------------------------
-
-int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
-                      unsigned long long expect) {
-  check_count_kernel<<<1, 1, 0, c->stream>>>(
-      total, quota, expect, static_cast<unsigned *>(c->err_dev.ptr));
-  PGS_LAUNCHED();
-  c->err_pending = true;
-  return PGS_OK;
-}
 
 size_t compact_scratch_bytes(size_t n) {
   Carve measure(nullptr);
@@ -475,6 +471,7 @@ int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
   const CompactOp op{
       x,   n,   aligned16(x), sel, static_cast<uint32_t>(idx_offset),
       idx, val, cap};
+  plan_check(c, &os, sel.quota, cap, count_host);
   PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
   return finish_selection(c, os.total, sel.quota, cap, count_host);
 }
@@ -520,6 +517,7 @@ int select_pairs(const pgs_ops_t *ops, const int32_t *idx, const float *val,
                    alias ? si : idx_out,
                    alias ? sv : val_out,
                    cap};
+  plan_check(c, &os, sel.quota, cap, count_host);
   PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
   if (alias && out_n > 0) {
     copy_selected_kernel<<<grid_for(c, copy_selected_kernel, out_n, 4),

@@ -27,16 +27,28 @@ struct Verdict {
   unsigned unordered;  // not strictly ascending
 };
 
+// One index list to validate: idx[0..m) + offset.
+struct IndexList {
+  const int32_t *idx = nullptr;
+  size_t m = 0;
+  long long offset = 0;
+};
+
+// Validates lists a and b (b may be empty) in one launch: zero_common
+// checks both of its lists, and a launch each cost a few microseconds of
+// a kernel that reads little.
 __global__ void __launch_bounds__(kThreads)
-    validate_kernel(const int32_t *__restrict__ idx, size_t m, long long offset,
-                    size_t n, Verdict v, unsigned *flags) {
+    validate_kernel(IndexList a, IndexList b, size_t n, Verdict v,
+                    unsigned *flags) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   int bad = 0, unordered = 0;
-  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       j < m; j += stride) {
-    const long long i = static_cast<long long>(idx[j]) + offset;
+  for (size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       t < a.m + b.m; t += stride) {
+    const IndexList &l = t < a.m ? a : b;
+    const size_t j = t < a.m ? t : t - a.m;
+    const long long i = static_cast<long long>(l.idx[j]) + l.offset;
     bad |= (i < 0) | (static_cast<unsigned long long>(i) >= n);
-    if (v.unordered != 0 && j + 1 < m) unordered |= idx[j] >= idx[j + 1];
+    if (v.unordered != 0 && j + 1 < l.m) unordered |= l.idx[j] >= l.idx[j + 1];
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flags, v.bad);
   if (v.unordered != 0 && __syncthreads_or(unordered) && threadIdx.x == 0)
@@ -134,11 +146,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Queues validation of idx (+ offset) against n into the flag word.
-int validate_launch(Ctx *c, const int32_t *idx, size_t m, long long offset,
-                    size_t n, Verdict v, unsigned *flags) {
-  if (m == 0) return PGS_OK;
-  validate_kernel<<<grid_for(c, validate_kernel, m, 8), kThreads, 0,
-                    c->stream>>>(idx, m, offset, n, v, flags);
+int validate_launch(Ctx *c, const IndexList &a, const IndexList &b, size_t n,
+                    Verdict v, unsigned *flags) {
+  if (a.m + b.m == 0) return PGS_OK;
+  validate_kernel<<<grid_for(c, validate_kernel, a.m + b.m, 8), kThreads, 0,
+                    c->stream>>>(a, b, n, v, flags);
   PGS_LAUNCHED();
   return PGS_OK;
 }
@@ -148,7 +160,7 @@ int validate(Ctx *c, const int32_t *idx, size_t m, size_t n,
              unsigned *flags_out) {
   auto *flags = static_cast<unsigned *>(c->small.ptr);
   PGS_CU(cudaMemsetAsync(flags, 0, sizeof(unsigned), c->stream));
-  PGS_RETURN_IF(validate_launch(c, idx, m, 0, n,
+  PGS_RETURN_IF(validate_launch(c, IndexList{idx, m, 0}, IndexList{}, n,
                                 Verdict{kBadIndex, kNotAscending}, flags));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, flags, sizeof(unsigned), &host));
@@ -156,15 +168,15 @@ int validate(Ctx *c, const int32_t *idx, size_t m, size_t n,
   return PGS_OK;
 }
 
-// Queues validation of idx (+ offset) against n, and with @p ascending of
-// its order, into the check word, which the write kernels after it read as
-// their *gate; the next host wait reports a failure.
-int defer_validate(Ctx *c, const int32_t *idx, size_t m, long long offset,
-                   size_t n, bool ascending, const unsigned **gate) {
+// Queues validation of lists a and b (b may be empty) against n, and with
+// @p ascending of their order, into the check word, which the write kernels
+// after it read as their *gate; the next host wait reports a failure.
+int defer_validate(Ctx *c, const IndexList &a, const IndexList &b, size_t n,
+                   bool ascending, const unsigned **gate) {
   auto *word = static_cast<unsigned *>(c->err_dev.ptr);
   *gate = word;
   const Verdict v{kErrIndex, ascending ? kErrIndex : 0u};
-  PGS_RETURN_IF(validate_launch(c, idx, m, offset, n, v, word));
+  PGS_RETURN_IF(validate_launch(c, a, b, n, v, word));
   c->err_pending = true;
   return PGS_OK;
 }
@@ -217,7 +229,8 @@ int gather(const pgs_ops_t *ops, const float *x, size_t n, const int32_t *idx,
     return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
   const unsigned *gate = nullptr;
-  PGS_RETURN_IF(defer_validate(c, idx, m, 0, n, false, &gate));
+  PGS_RETURN_IF(
+      defer_validate(c, IndexList{idx, m, 0}, IndexList{}, n, false, &gate));
   gather_kernel<<<grid_for(c, gather_kernel, m, 4), kThreads, 0, c->stream>>>(
       x, idx, m, val, gate);
   PGS_LAUNCHED();
@@ -230,7 +243,8 @@ int zero_at(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
   if (idx == nullptr || (x == nullptr && n > 0)) return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
   const unsigned *gate = nullptr;
-  PGS_RETURN_IF(defer_validate(c, idx, m, 0, n, false, &gate));
+  PGS_RETURN_IF(
+      defer_validate(c, IndexList{idx, m, 0}, IndexList{}, n, false, &gate));
   // Repeated indices all write 0: no ordering needed.
   zero_at_kernel<<<grid_for(c, zero_at_kernel, m, 4), kThreads, 0, c->stream>>>(
       x, idx, m, gate);
@@ -267,7 +281,8 @@ int scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
   PGS_ENTER(ops, c);
   // Strictly ascending, so every target is written by one thread.
   const unsigned *gate = nullptr;
-  PGS_RETURN_IF(defer_validate(c, idx, m, 0, n, true, &gate));
+  PGS_RETURN_IF(
+      defer_validate(c, IndexList{idx, m, 0}, IndexList{}, n, true, &gate));
   scatter_add_unique_kernel<<<grid_for(c, scatter_add_unique_kernel, m, 4),
                               kThreads, 0, c->stream>>>(x, idx, val, m, scale,
                                                         gate);
@@ -284,8 +299,8 @@ int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
   if (x == nullptr && n > 0) return PGS_ERR_INVALID;
   PGS_ENTER(ops, c);
   const unsigned *gate = nullptr;
-  PGS_RETURN_IF(defer_validate(c, a, na, a_offset, n, false, &gate));
-  PGS_RETURN_IF(defer_validate(c, b, nb, 0, n, false, &gate));
+  PGS_RETURN_IF(defer_validate(c, IndexList{a, na, a_offset},
+                               IndexList{b, nb, 0}, n, false, &gate));
   // Each entry of a looks itself up in b: repeated entries in either list
   // are handled, as by the host's merge walk (with a_val, a's entries are
   // distinct: they are one sender's block).

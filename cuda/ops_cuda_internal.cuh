@@ -97,11 +97,6 @@ int accumulate_compact_queue(Ctx *c, float *x, const float *g, size_t n,
                              ulonglong2 *total_at, const ulonglong2 **total,
                              unsigned long long *zero, unsigned zero_words);
 
-// Leaves to the device the check that a selection whose totals tile_select
-// wrote to @p total took exactly @p expect entries (no host wait).
-int defer_count_check(Ctx *c, const ulonglong2 *total, unsigned long long quota,
-                      unsigned long long expect);
-
 // Makes ctx->device current for the scope and restores the caller's device.
 class DeviceGuard {
  public:

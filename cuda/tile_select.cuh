@@ -242,9 +242,18 @@ __global__ void tile_state_init_kernel(TileState state, int ntiles,
 // (warp w holding span w, two ballots and popcounts per row in the count
 // and again in the write) was compute-bound on an H200, 344 us for 100M
 // floats (Nsight Compute: SM 80.8%, DRAM 22.2%).
+// A planned selection's check, made where the totals are known: the
+// totals must give exactly @p expect entries (ties up to @p quota), or the
+// pass sets kErrContract in *err (null: no check).
+struct CountCheck {
+  unsigned *err = nullptr;
+  unsigned long long quota = 0, expect = 0;
+};
+
 template <class Op>
 __global__ void __launch_bounds__(kThreads)
-    tile_once_kernel(Op op, TileState state, int ntiles, ulonglong2 *total) {
+    tile_once_kernel(Op op, TileState state, int ntiles, ulonglong2 *total,
+                     CountCheck check) {
   static_assert(Op::kFlaggedOnly, "the one pass emits flagged elements only");
   using BlockScan = cub::BlockScan<unsigned long long, kThreads>;
   __shared__ struct {
@@ -275,8 +284,13 @@ __global__ void __launch_bounds__(kThreads)
     BlockScan(tmp.scan).ExclusiveScan(own, before, ::cuda::std::plus<>{},
                                       prefix);
   }
-  if (tile == ntiles - 1 && threadIdx.x == kThreads - 1)
-    *total = unpack_counts(before + own);
+  if (tile == ntiles - 1 && threadIdx.x == kThreads - 1) {
+    const ulonglong2 t = unpack_counts(before + own);
+    *total = t;
+    if (check.err != nullptr &&
+        t.x + (t.y < check.quota ? t.y : check.quota) != check.expect)
+      atomicOr(check.err, kErrContract);
+  }
   // The few flagged elements, one at a time, lowest first, each read again
   // (from cache): with the items held through the scan and the run unrolled
   // a thread took 64-80 registers, with this loop 40, so six tiles are in
@@ -302,6 +316,7 @@ struct OnceScratch {
   // Cleared by the reset kernel before the pass (may be null).
   unsigned long long *zero = nullptr;
   unsigned zero_words = 0;
+  CountCheck check;  // a planned selection's, made by the pass itself
   void carve(Carve &cv, unsigned long long ntiles) {
     (void)TileState::AllocationSize(static_cast<int>(ntiles), state_bytes);
     states = cv.take<char>(state_bytes);
@@ -321,7 +336,8 @@ int tile_select_once(Ctx *c, unsigned long long ntiles, const Op &op,
   tile_state_init_kernel<<<(nt + kThreads - 1) / kThreads, kThreads, 0,
                            c->stream>>>(state, nt, s.zero, s.zero_words);
   PGS_LAUNCHED();
-  tile_once_kernel<Op><<<nt, kThreads, 0, c->stream>>>(op, state, nt, s.total);
+  tile_once_kernel<Op>
+      <<<nt, kThreads, 0, c->stream>>>(op, state, nt, s.total, s.check);
   PGS_LAUNCHED();
   return PGS_OK;
 }

@@ -143,6 +143,19 @@ TEST_F(CudaIndex, BadIndexLeavesMemoryUntouched) {
                                       out.get())),
                 PGS_ERR_INDEX);
       EXPECT_TRUE(same(out.host(), std::vector<float>(idx.size(), -9.0f)));
+      // zero_common checks both lists in one launch: a bad entry in either
+      // stops it (the good list alone would zero x[0], x[5] and x[42]).
+      Dev<int32_t> good(std::vector<int32_t>{0, 5, 42});
+      EXPECT_EQ(
+          settled(gpu()->zero_common(gpu(), dx.get(), n, di.get(), nullptr,
+                                     idx.size(), 0, good.get(), 3)),
+          PGS_ERR_INDEX);
+      EXPECT_TRUE(same(dx.host(), x0));
+      EXPECT_EQ(
+          settled(gpu()->zero_common(gpu(), dx.get(), n, good.get(), nullptr, 3,
+                                     0, di.get(), idx.size())),
+          PGS_ERR_INDEX);
+      EXPECT_TRUE(same(dx.host(), x0));
     }
   }
   // A bad index among a million good ones, in the middle.
