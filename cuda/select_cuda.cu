@@ -183,13 +183,9 @@ struct PickTemp {
   unsigned long long above, nnz;
 };
 
-__device__ void radix_pick(RadixState *st, int level, unsigned long long k,
-                           unsigned long long cand_cap,
-                           const unsigned long long *h,
-                           unsigned long long cursor, PickTemp &tmp) {
+__device__ void pick_scan(unsigned long long v, unsigned long long rank,
+                          PickTemp &tmp) {
   const int b = PGS_HIST_BINS - 1 - static_cast<int>(threadIdx.x);
-  const unsigned long long v = h[b];
-  const unsigned long long rank = level == 0 ? k : st->rank;
   unsigned long long incl = 0;
   PickScan(tmp.scan).InclusiveSum(v, incl);
   if (b == 0) {  // every bin counted: the total, and the walk's end
@@ -203,9 +199,26 @@ __device__ void radix_pick(RadixState *st, int level, unsigned long long k,
     tmp.above = incl - v;
   }
   __syncthreads();
+}
+
+__device__ void radix_pick(RadixState *st, int level, unsigned long long k,
+                           unsigned long long cand_cap,
+                           const unsigned long long *h,
+                           unsigned long long cursor, PickTemp &tmp) {
+  pick_scan(h[PGS_HIST_BINS - 1 - threadIdx.x], level == 0 ? k : st->rank, tmp);
   if (threadIdx.x == 0)
     radix_pick_apply(st, level, k, cand_cap, tmp.bin, tmp.above, tmp.nnz,
                      h[tmp.bin], cursor);
+}
+
+// Adds a block's shared sub-histograms (kHistCopies rows) into @p hist.
+__device__ void add_sub_hists(const unsigned *sh, unsigned long long *hist) {
+  for (int bin = threadIdx.x; bin < PGS_HIST_BINS; bin += blockDim.x) {
+    unsigned sum = 0;
+#pragma unroll
+    for (int k = 0; k < kHistCopies; ++k) sum += sh[k * kHistStride + bin];
+    if (sum != 0) atomicAdd(hist + bin, static_cast<unsigned long long>(sum));
+  }
 }
 
 // One level's histogram of the bits of |x| over nonzero entries whose top
@@ -310,12 +323,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (COMPACT && compact) flush();
   __syncthreads();
-  for (int bin = threadIdx.x; bin < PGS_HIST_BINS; bin += blockDim.x) {
-    unsigned sum = 0;
-#pragma unroll
-    for (int k = 0; k < kHistCopies; ++k) sum += sh[k * kHistStride + bin];
-    if (sum != 0) atomicAdd(hist + bin, static_cast<unsigned long long>(sum));
-  }
+  add_sub_hists(sh, hist);
   if (st == nullptr) return;
   // The last block to finish picks the level's bin (no pick kernel): every
   // block's atomics are ordered before its ticket by the fence. It stages
@@ -360,39 +368,7 @@ __device__ void list_level_hist(const float *__restrict__ val,
       atomicAdd(mine + ((b >> shift) & 0xffu), 1u);
   }
   __syncthreads();
-  for (int bin = threadIdx.x; bin < PGS_HIST_BINS; bin += blockDim.x) {
-    unsigned sum = 0;
-#pragma unroll
-    for (int k = 0; k < kHistCopies; ++k) sum += sh[k * kHistStride + bin];
-    if (sum != 0) atomicAdd(hist + bin, static_cast<unsigned long long>(sum));
-  }
-}
-
-// The pick of one level from the whole grid's histogram @p h (as
-// radix_pick's scan: thread t holds bin 255 - t). Every block computes the
-// same pick, so no block waits for another to publish it.
-struct ListPick {
-  typename PickScan::TempStorage scan;
-  int bin;
-  unsigned long long above, nnz;
-};
-__device__ void list_pick(const unsigned long long *h, unsigned long long rank,
-                          ListPick &t) {
-  const int b = PGS_HIST_BINS - 1 - static_cast<int>(threadIdx.x);
-  const unsigned long long v = __ldcg(h + b);
-  unsigned long long incl = 0;
-  PickScan(t.scan).InclusiveSum(v, incl);
-  if (b == 0) {
-    t.nnz = incl;
-    t.bin = 0;
-    t.above = incl - v;
-  }
-  __syncthreads();
-  if (b > 0 && incl - v < rank && incl >= rank) {
-    t.bin = b;
-    t.above = incl - v;
-  }
-  __syncthreads();
+  add_sub_hists(sh, hist);
 }
 
 // This block's slice of the list counted per region above and at thr
@@ -455,7 +431,7 @@ __global__ void __launch_bounds__(kThreads)
                     RadixState *st, ListRegions reg, FusedOut *out) {
   __shared__ unsigned sh[kHistCopies * kHistStride];
   __shared__ unsigned long long rsh[2 * (kParamBounds - 1)];
-  __shared__ ListPick pick;
+  __shared__ PickTemp pick;
   const unsigned long long mt = total->x + total->y;
   const bool whole = k >= 1 && mt >= k && mt <= cap;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -481,7 +457,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int level = 0; level < PGS_HIST_LEVELS && !done; ++level) {
     list_level_hist(val, b0, b1, level, prefix, sh, st->hist[level]);
     grid.sync();
-    list_pick(st->hist[level], rank, pick);
+    // Every block picks the level's bin from the grid's histogram itself,
+    // so no block waits for another to publish it.
+    pick_scan(__ldcg(st->hist[level] + PGS_HIST_BINS - 1 - threadIdx.x), rank,
+              pick);
     if (level == 0 && k > pick.nnz) {
       // The k-th largest is a zero; every nonzero lies above it.
       above = pick.nnz;
