@@ -190,32 +190,91 @@ __device__ __forceinline__ void store_run4(float *__restrict__ x,
     if (v0 + r < n) x[v0 + r] = it[r];
 }
 
-// CompactOp over x += g: each run is added (sums that are not finite
-// rejected and counted, as fused_add_kernel does) and stored back as it is
-// loaded, so the accumulator is read once and written once for both.
+// One sum of the accumulate: x + g, or x where the sum is not finite (it
+// is rejected and counted into @p bad, as fused_add_kernel does).
+__device__ __forceinline__ float add_or_keep(float x, float g, unsigned &bad) {
+  const float v = x + g;
+  const bool ok = finite_bits(v);
+  bad += !ok;
+  return ok ? v : x;
+}
+
+// Floats a run takes in the striped add's staging buffer: padded by one
+// 16-byte word, so the eight threads of a quarter-warp reading their runs'
+// words hit eight different groups of banks.
+constexpr int kStageRun = kRun + 4;
+
+// CompactOp over x += g: each run is added and stored back as it is loaded,
+// so the accumulator is read once and written once for both.
 struct AccumulateOp : CompactOp {
   float *xw;  // x, writable
   const float *g;
   unsigned long long *nonfinite;
   __device__ void load_run(unsigned long long v0, float (&it)[kRun]) const {
-    float add[kRun];
-    load_run4(static_cast<const float *>(xw), n, vec, v0, it);
-    load_run4(g, n, vec, v0, add);
     unsigned bad = 0;
-#pragma unroll
-    for (int r = 0; r < kRun; ++r) {
-      const float v = it[r] + add[r];
-      const bool ok = finite_bits(v);
-      it[r] = ok ? v : it[r];
-      bad += !ok;
-    }
-    store_run4(xw, n, vec, v0, it);
-    // Every thread of the block gets here: one atomic per warp with a
-    // rejected sum.
+    // Called by every thread of the block at once; the tile's base and so
+    // the branch are block-uniform.
+    const unsigned long long base = v0 - threadIdx.x * kRun;
+    if (vec && base + kTile <= n)
+      add_striped(base, it, bad);
+    else
+      add_blocked(v0, it, bad);
+    // One atomic per warp with a rejected sum.
     if (__any_sync(0xffffffffu, bad != 0)) {
       bad = __reduce_add_sync(0xffffffffu, bad);
       if ((threadIdx.x & 31) == 0) atomicAdd(nonfinite, bad);
     }
+  }
+
+  // A whole aligned tile: x and g read and x written in 16-byte words that
+  // consecutive threads take in turn (each warp instruction one whole
+  // 512-byte row), then the sums handed to their runs through shared
+  // memory. The blocked loads (a thread's own 64 bytes, four words 64
+  // bytes apart per instruction) left the one pass at about 2.1 TB/s on an
+  // H200.
+  __device__ void add_striped(unsigned long long base, float (&it)[kRun],
+                              unsigned &bad) const {
+    constexpr int kWords = kRun / 4;  // 16-byte words a thread moves
+    __shared__ float4 stage[kThreads * kStageRun / 4];
+    const auto *xr = reinterpret_cast<const float4 *>(xw + base);
+    const auto *gr = reinterpret_cast<const float4 *>(g + base);
+    auto *xo = reinterpret_cast<float4 *>(xw + base);
+    float4 a[kWords], b[kWords];
+#pragma unroll
+    for (int q = 0; q < kWords; ++q) {
+      a[q] = xr[q * kThreads + threadIdx.x];
+      b[q] = gr[q * kThreads + threadIdx.x];
+    }
+#pragma unroll
+    for (int q = 0; q < kWords; ++q) {
+      const int w = q * kThreads + static_cast<int>(threadIdx.x);
+      const float4 v = make_float4(
+          add_or_keep(a[q].x, b[q].x, bad), add_or_keep(a[q].y, b[q].y, bad),
+          add_or_keep(a[q].z, b[q].z, bad), add_or_keep(a[q].w, b[q].w, bad));
+      xo[w] = v;
+      stage[(w / kWords) * (kStageRun / 4) + w % kWords] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kWords; ++q) {
+      const float4 v = stage[threadIdx.x * (kStageRun / 4) + q];
+      it[4 * q] = v.x;
+      it[4 * q + 1] = v.y;
+      it[4 * q + 2] = v.z;
+      it[4 * q + 3] = v.w;
+    }
+  }
+
+  // The tile at the end of x, or x and g not both aligned: the thread's
+  // own run.
+  __device__ void add_blocked(unsigned long long v0, float (&it)[kRun],
+                              unsigned &bad) const {
+    float add[kRun];
+    load_run4(static_cast<const float *>(xw), n, vec, v0, it);
+    load_run4(g, n, vec, v0, add);
+#pragma unroll
+    for (int r = 0; r < kRun; ++r) it[r] = add_or_keep(it[r], add[r], bad);
+    store_run4(xw, n, vec, v0, it);
   }
 };
 
