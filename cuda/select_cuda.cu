@@ -540,7 +540,7 @@ int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
   auto *st = static_cast<RadixState *>(c->small.ptr);  // zeroed by the caller
   // At most the blocks resident at once (grid_for): a cooperative launch
   // needs every block on the device together, for the grid barriers.
-  const unsigned grid = grid_for(c, list_kth_kernel, cap, kListItems);
+  unsigned grid = grid_for(c, list_kth_kernel, cap, kListItems);
   unsigned long long cap_arg = cap, k_arg = k;
   ListRegions reg_arg = reg;
   void *args[] = {const_cast<float **>(&val),
@@ -550,9 +550,17 @@ int kth_list_queue(Ctx *c, const float *val, size_t cap, size_t k,
                   &st,
                   &reg_arg,
                   &out};
-  PGS_CU(cudaLaunchCooperativeKernel(
-      reinterpret_cast<const void *>(list_kth_kernel), grid, kThreads, args, 0,
-      c->stream));
+  const auto *fn = reinterpret_cast<const void *>(list_kth_kernel);
+  cudaError_t e =
+      cudaLaunchCooperativeKernel(fn, grid, kThreads, args, 0, c->stream);
+  // Where fewer blocks fit than the occupancy says (an MPS client limited
+  // to part of the device), halve the grid: the kernel is exact with any.
+  while (e == cudaErrorCooperativeLaunchTooLarge && grid > 1) {
+    (void)cudaGetLastError();
+    grid /= 2;
+    e = cudaLaunchCooperativeKernel(fn, grid, kThreads, args, 0, c->stream);
+  }
+  PGS_CU(e);
   return PGS_OK;
 }
 
