@@ -104,8 +104,6 @@ struct RadixState {
   int done;                        // answer known (thr, n_gt set)
   float thr;
   long long n_gt;
-  unsigned long long x_len;  // with x_len_set: entries of x to read (a
-  int x_len_set;             // length known on the device only)
   unsigned finished[PGS_HIST_LEVELS];  // blocks done with each level's pass
 };
 
@@ -170,11 +168,12 @@ __device__ void radix_pick_apply(RadixState *st, int level,
   }
 }
 
-// The level's bin, found by the whole (last) block at once where one thread
-// walking 256 bins (twice at level 0) took microseconds a level: thread t
-// holds bin 255 - t, an inclusive scan from the top gives each bin the count
-// at and above it, and the bin is the highest whose count reaches the rank
-// sought (bin 0 if none does, as the walk ends there).
+// The level's bin (radix_pick, and every block of list_kth_kernel), found
+// by the whole block at once where one thread walking 256 bins (twice at
+// level 0) took microseconds a level: thread t holds bin 255 - t, an
+// inclusive scan from the top gives each bin the count at and above it, and
+// the bin is the highest whose count reaches the rank sought (bin 0 if none
+// does, as the walk ends there).
 static_assert(kThreads == PGS_HIST_BINS, "one thread per bin in the pick");
 using PickScan = cub::BlockScan<unsigned long long, kThreads>;
 struct PickTemp {
@@ -258,10 +257,7 @@ __global__ void __launch_bounds__(kThreads)
     prefix = st->prefix;
     use_cand = st->mode != 0;
     compact = COMPACT && !use_cand && st->compact_next;
-    if (use_cand)
-      m = st->cand_n;
-    else if (st->x_len_set)
-      m = st->x_len < n ? st->x_len : n;
+    if (use_cand) m = st->cand_n;
     hist = st->hist[level];
   }
   for (int i = threadIdx.x; i < kHistCopies * kHistStride; i += blockDim.x)
@@ -490,7 +486,7 @@ size_t cand_cap_for(size_t n) {
   return cand_cap;
 }
 
-// The radix select's passes over x[0..n) (or the state's device length),
+// The radix select's passes over x[0..n) (kth_abs),
 // the answer left in *st.
 int queue_radix(Ctx *c, const float *x, size_t n, size_t k, RadixState *st,
                 uint32_t *cand, size_t cand_cap) {
