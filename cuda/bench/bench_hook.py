@@ -178,8 +178,13 @@ def main() -> int:
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
                     help="DDP's bucket_cap_mb for every method (25: DDP's default, 4 "
                     "buckets of this model; 100 or more: one)")
+    ap.add_argument("--methods", nargs="+", default=None,
+                    help="only these methods (default: all); nccl is always run")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="skip the profiled steps (timings only)")
     ap.add_argument("--trace", action="store_true",
-                    help="also write Ok-Topk's Chrome trace (hook_trace_oktopk.json)")
+                    help="also write Ok-Topk's Chrome traces (hook_trace_oktopk.json, "
+                    "hook_trace_oktopk_native.json)")
     args = ap.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     dev = torch.device("cuda", local)
@@ -188,6 +193,11 @@ def main() -> int:
     nccl = dist.new_group(backend="nccl")
     x = torch.randn(256, 2048, device=dev)
     methods = ["compute", *TORCH_HOOKS, *SPARSE, *NATIVE]
+    if args.methods:
+        unknown = set(args.methods) - set(methods)
+        if unknown:
+            ap.error(f"unknown methods {sorted(unknown)}; choose from {methods}")
+        methods = [m for m in methods if m in args.methods or m == "nccl"]
     times: dict[str, list[float]] = {m: [] for m in methods}
     steps = {m: stepper(wrap(m, dev, nccl, args.density, args.bucket_cap_mb), x)
              for m in methods}
@@ -200,8 +210,9 @@ def main() -> int:
     tables = {m: out / f"hook_profile_{m}.txt" for m in ("oktopk", "oktopk_native")}
     prof = {m: profile_counts(steps[m], table=tables.get(m),
                               trace=out / f"hook_trace_{m}.json" if args.trace and
-                              m == "oktopk" else None)
-            for m in ("nccl", "oktopk", "oktopk_native", "topka", "powersgd")}
+                              m in tables else None)
+            for m in ("nccl", "oktopk", "oktopk_native", "topka", "powersgd")
+            if m in methods and not args.no_profile}
     card = torch.cuda.get_device_name(dev)
     rows = []
     for m in methods:

@@ -23,8 +23,9 @@ typedef struct nccl_comm {
   cudaStream_t main;
   cudaStream_t side[PGS_COMM_SLOTS];
   cudaEvent_t ready, done[PGS_COMM_SLOTS];
-  void *dev_scratch;  /* control-plane staging on the device */
-  void *host_scratch; /* pinned, same size */
+  int idle[PGS_COMM_SLOTS]; /* the slot's last batch had no messages */
+  void *dev_scratch;        /* control-plane staging on the device */
+  void *host_scratch;       /* pinned, same size */
   size_t scratch_bytes;
   /* Set by the abort entry (another thread); the comm is then freed. */
   atomic_int aborted;
@@ -51,6 +52,10 @@ static ncclRedOp_t nccl_op(pgs_redop_t op) {
 static int exchange_start(void *impl, const pgs_msg_t *sends, int ns,
                           const pgs_msg_t *recvs, int nr, int slot) {
   nccl_comm_t *c = impl;
+  /* No messages (one rank, or no picks for any peer): nothing to order, so
+   * no events either; they cost host time on the step's path. */
+  c->idle[slot] = ns == 0 && nr == 0;
+  if (c->idle[slot]) return PGS_OK;
   /* The side stream must see everything queued so far (packed blocks). */
   CUDA_TRY(cudaEventRecord(c->ready, c->main));
   CUDA_TRY(cudaStreamWaitEvent(c->side[slot], c->ready, 0));
@@ -68,6 +73,7 @@ static int exchange_start(void *impl, const pgs_msg_t *sends, int ns,
 
 static int exchange_wait(void *impl, int slot) {
   nccl_comm_t *c = impl;
+  if (c->idle[slot]) return PGS_OK;
   CUDA_TRY(cudaStreamWaitEvent(c->main, c->done[slot], 0));
   return PGS_OK;
 }

@@ -132,7 +132,7 @@ void SparseBackend::shutdown() {
 c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
     c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
     std::function<void()> fn, std::chrono::milliseconds timeout,
-    std::shared_ptr<DeviceHooks> dev) {
+    std::shared_ptr<DeviceHooks> dev, bool complete_on_worker) {
   auto work = c10::make_intrusive<SparseWork>(rank_, type, title,
                                               std::move(outputs), dev);
   {
@@ -140,7 +140,8 @@ c10::intrusive_ptr<c10d::Work> SparseBackend::enqueue(
     check_usable();
     ++seq_;
     if (timeout == c10d::kUnsetTimeout) timeout = timeout_;
-    queue_.push_back(Task{work, std::move(dev), std::move(fn), timeout, title});
+    queue_.push_back(Task{work, std::move(dev), std::move(fn), timeout, title,
+                          complete_on_worker});
   }
   work_cv_.notify_one();
   return work;
@@ -163,32 +164,39 @@ void SparseBackend::push_done(Done d) {
   done_cv_.notify_one();
 }
 
+bool SparseBackend::next_task(Task* task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+  if (queue_.empty()) {
+    worker_done_ = true;
+    stopped_cv_.notify_all();
+    done_cv_.notify_all();
+    watchdog_cv_.notify_all();
+    return false;
+  }
+  *task = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = task->work;
+  running_title_ = task->title;
+  running_since_ = std::chrono::steady_clock::now();
+  running_timeout_ = task->timeout;
+  running_dev_ = task->dev;
+  return true;
+}
+
 void SparseBackend::worker_loop() {
   for (;;) {
     Task task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) {
-        worker_done_ = true;
-        stopped_cv_.notify_all();
-        done_cv_.notify_all();
-        watchdog_cv_.notify_all();
-        return;
-      }
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = task.work;
-      running_title_ = task.title;
-      running_since_ = std::chrono::steady_clock::now();
-      running_timeout_ = task.timeout;
-      running_dev_ = task.dev;
-    }
+    if (!next_task(&task)) return;
     std::exception_ptr error;
     try {
       if (task.dev) {
         task.dev->on_stream([&task] {
           task.fn();
+          // The reducer's future first: the event it records must not
+          // follow record_done's host function, which holds the stream
+          // until the driver's callback thread has run it.
+          if (task.complete_on_worker) task.work->complete(nullptr);
           task.dev->record_done();
         });
       } else {
@@ -209,8 +217,11 @@ void SparseBackend::worker_loop() {
             task.title, running_since_, task.timeout});
       running_.reset();
       running_dev_.reset();
-      push_done(Done{task.work, error});
+      if (!task.complete_on_worker) push_done(Done{task.work, error});
     }
+    // Outside the lock: completing wakes the waiter (a device task that
+    // succeeded completed above, before its host function).
+    if (task.complete_on_worker) task.work->complete(error);
   }
 }
 

@@ -178,12 +178,16 @@ class SparseBackend : public c10d::Backend {
   void abort() override { shutdown(); }
 
   // Queue @p fn on the worker; its Work completes with @p outputs. Used by
-  // the collectives above and by sparse buckets (bucket.cpp).
+  // the collectives above and by sparse buckets (bucket.cpp). With
+  // @p complete_on_worker the worker completes the Work itself, without the
+  // hop to a completer: only for a future nobody can hang a callback on
+  // that waits for a later task (the one DDP's reducer gets from a C++ hook).
   c10::intrusive_ptr<c10d::Work> enqueue(
       c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
       std::function<void()> fn,
       std::chrono::milliseconds timeout = c10d::kUnsetTimeout,
-      std::shared_ptr<DeviceHooks> dev = nullptr);
+      std::shared_ptr<DeviceHooks> dev = nullptr,
+      bool complete_on_worker = false);
 
   // The transport for these tensors (all on one device), preparing the
   // stream handoff for CUDA tensors. Caller's thread.
@@ -227,6 +231,7 @@ class SparseBackend : public c10d::Backend {
     std::function<void()> fn;
     std::chrono::milliseconds timeout;
     const char* title = "";  // a literal: no allocation per task
+    bool complete_on_worker = false;
   };
   struct Done {
     c10::intrusive_ptr<SparseWork> work;
@@ -246,6 +251,9 @@ class SparseBackend : public c10d::Backend {
   };
 
   void worker_loop();
+  // The worker's next task (marked running); false once stopped with the
+  // queue drained.
+  bool next_task(Task* task);
   void completion_loop();
   void watchdog_loop();
   // With mutex_ held: queue a completion, adding a completer if none is idle.

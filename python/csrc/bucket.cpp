@@ -118,7 +118,8 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   check(st, "creating a sparse bucket");
 }
 
-c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
+c10::intrusive_ptr<c10d::Work> SparseBucket::submit(const at::Tensor& t,
+                                                    bool complete_on_worker) {
   auto dtype = t.scalar_type();
   TORCH_CHECK_TYPE(
       dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
@@ -167,7 +168,7 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::allreduce(const at::Tensor& t) {
                 describe_failure(st, n, algo));
         if (!work.is_same(t)) t.copy_(work);
       },
-      c10d::kUnsetTimeout, route.dev);
+      c10d::kUnsetTimeout, route.dev, complete_on_worker);
 }
 
 pgs_stats_t SparseBucket::stats() const {

@@ -37,7 +37,14 @@ class SparseBucket {
                const BucketConfig& config);
 
   // In-place average of @p t (fp32, fp16 or bf16; residual kept in fp32).
-  c10::intrusive_ptr<c10d::Work> allreduce(const at::Tensor& t);
+  c10::intrusive_ptr<c10d::Work> allreduce(const at::Tensor& t) {
+    return submit(t, false);
+  }
+  // The same for DDP's reducer through the C++ hook, which only waits on
+  // the future: the worker completes it directly (backend.hpp).
+  c10::intrusive_ptr<c10d::Work> allreduce_for_reducer(const at::Tensor& t) {
+    return submit(t, true);
+  }
 
   // Statistics of the last completed call (stats_dict() makes the dict).
   pgs_stats_t stats() const;
@@ -57,6 +64,9 @@ class SparseBucket {
   int64_t numel() const { return numel_; }
 
  private:
+  c10::intrusive_ptr<c10d::Work> submit(const at::Tensor& t,
+                                        bool complete_on_worker);
+
   c10::intrusive_ptr<SparseBackend> backend_;
   std::shared_ptr<State> state_;
   int64_t numel_;

@@ -35,8 +35,10 @@ class NativeHook : public c10d::CommHookInterface {
       c10d::GradBucket& bucket) override {
     if (auto native = table_->find(bucket)) {
       // The Work's own future: its value is [bucket], read by
-      // parseHookResult, so no callback runs when it completes.
-      auto fut = native->allreduce(bucket.getBufferRef())->getFuture();
+      // parseHookResult, so no callback runs when it completes, and the
+      // reducer only waits on it: the worker completes it itself.
+      auto fut =
+          native->allreduce_for_reducer(bucket.getBufferRef())->getFuture();
       if (bucket.isLast()) table_->count_iteration();
       return fut;
     }
