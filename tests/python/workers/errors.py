@@ -199,6 +199,28 @@ def nonfinite_ddp() -> str:
     return expect_error(lambda: model(x).sum().backward(), (RuntimeError,), "NaN or Inf")
 
 
+def nonfinite_ddp_cpp_hook() -> str:
+    """NaN gradient on rank 0 once the C++ hook serves the buckets (its Work
+    is completed by the backend's worker, not a completion thread):
+    backward() still raises on every rank, with the same message."""
+    torch, ps = C.torch, C.pg_sparse
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(64, 32))
+    state = ps.SparseState(density=0.5)
+    ps.hooks.register_comm_hook(model, state, ps.hooks.oktopk_hook)
+    x = torch.randn(3, 64)
+    for _ in range(4):
+        model(x).sum().backward()
+    calls = state._native_table.calls
+    assert calls >= 1, "no call ran in C++ before the bad step"
+    if C.rank == 0:
+        x[0, 0] = float("nan")
+    msg = expect_error(lambda: model(x).sum().backward(), (RuntimeError,), "NaN or Inf")
+    assert state._native_table.calls > calls, "the bad step did not run in C++"
+    return msg
+
+
 def bad_collective_args() -> str:
     torch, dist = C.torch, C.dist
     P = C.world_size
@@ -254,6 +276,7 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
     checks += [(f"nonfinite_inf_{a}", nonfinite(a, 0, "inf")) for a in ("oktopk", "topka")]
     checks += [(f"nonfinite_skip_{a}", nonfinite_skip(a)) for a in ALGOS]
     checks += [("nonfinite_in_ddp_backward", nonfinite_ddp),
+               ("nonfinite_in_ddp_backward_cpp_hook", nonfinite_ddp_cpp_hook),
                ("bad_collective_arguments", bad_collective_args),
                ("group_still_usable", still_usable)]
     return checks
