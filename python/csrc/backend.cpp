@@ -195,7 +195,9 @@ void SparseBackend::worker_loop() {
           task.fn();
           // The reducer's future first: the event it records must not
           // follow record_done's host function, which holds the stream
-          // until the driver's callback thread has run it.
+          // until the driver's callback thread has run it. (Its Work's own
+          // event, recorded next, is for wait(), which only the holders of
+          // the Work call, and no one but this task holds it.)
           if (task.complete_on_worker) task.work->complete(nullptr);
           task.dev->record_done();
         });
