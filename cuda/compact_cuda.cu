@@ -190,15 +190,6 @@ __device__ __forceinline__ void store_run4(float *__restrict__ x,
     if (v0 + r < n) x[v0 + r] = it[r];
 }
 
-// One sum of the accumulate: x + g, or x where the sum is not finite (it
-// is rejected and counted into @p bad, as fused_add_kernel does).
-__device__ __forceinline__ float add_or_keep(float x, float g, unsigned &bad) {
-  const float v = x + g;
-  const bool ok = finite_bits(v);
-  bad += !ok;
-  return ok ? v : x;
-}
-
 // Floats a run takes in the striped add's staging buffer: padded by one
 // 16-byte word, so the eight threads of a quarter-warp reading their runs'
 // words hit eight different groups of banks.

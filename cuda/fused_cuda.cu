@@ -24,11 +24,8 @@ __global__ void __launch_bounds__(kThreads)
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride) {
-    const float old = r[i], v = old + g[i];
-    const bool ok = finite_bits(v);
-    const float nr = ok ? v : old;
-    if (ok) r[i] = v;
-    bad += !ok;
+    const float nr = add_or_keep(r[i], g[i], bad);
+    r[i] = nr;
     hit += (nr != 0.0f) & (fabsf(nr) >= thr);
   }
   unsigned long long t = BlockReduceU64(tmp).Sum(bad);

@@ -217,6 +217,16 @@ __device__ __forceinline__ bool finite_bits(float v) {
   return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u;
 }
 
+// One sum of the accumulate r += g: x + g, or x where the sum is not finite
+// (rejected, and counted into @p bad).
+template <class Count>
+__device__ __forceinline__ float add_or_keep(float x, float g, Count &bad) {
+  const float v = x + g;
+  const bool ok = finite_bits(v);
+  bad += !ok;
+  return ok ? v : x;
+}
+
 __device__ __forceinline__ unsigned lanemask_lt() {
   unsigned m;
   asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));

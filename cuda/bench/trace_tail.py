@@ -34,10 +34,11 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for i, (f0, o) in enumerate(zip(fwd, opt)):
         t0, t1 = f0["ts"], o["ts"]
-        ends = [e["ts"] for e in host_fn if t0 <= e["ts"] <= t1]
-        if not ends:
+        # The worker queues the watchdog's host function as a call's last act.
+        call_ends = [e["ts"] for e in host_fn if t0 <= e["ts"] <= t1]
+        if not call_ends:
             continue
-        last = ends[-1]
+        last = call_ends[-1]
         # A reducer that resumed before the host function was queued (the
         # worker completes its future first) shows a negative gap.
         resumed = [e["ts"] for e in copies if last - 50 <= e["ts"] <= t1]

@@ -185,40 +185,33 @@ def nonfinite_skip(algo: str) -> Callable[[], str]:
     return fn
 
 
-def nonfinite_ddp() -> str:
+def nonfinite_ddp(cpp_hook: bool) -> Callable[[], str]:
     """NaN gradient on rank 0 inside DDP with the Ok-Topk hook: backward()
-    raises on every rank."""
-    torch, ps = C.torch, C.pg_sparse
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(8, 4))
-    model.register_comm_hook(ps.SparseState(density=0.5), ps.hooks.oktopk_hook)
-    x = torch.randn(3, 8)
-    if C.rank == 0:
-        x[0, 0] = float("nan")
-    return expect_error(lambda: model(x).sum().backward(), (RuntimeError,), "NaN or Inf")
-
-
-def nonfinite_ddp_cpp_hook() -> str:
-    """NaN gradient on rank 0 once the C++ hook serves the buckets (its Work
-    is completed by the backend's worker, not a completion thread):
-    backward() still raises on every rank, with the same message."""
-    torch, ps = C.torch, C.pg_sparse
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(64, 32))
-    state = ps.SparseState(density=0.5)
-    ps.hooks.register_comm_hook(model, state, ps.hooks.oktopk_hook)
-    x = torch.randn(3, 64)
-    for _ in range(4):
-        model(x).sum().backward()
-    calls = state._native_table.calls
-    assert calls >= 1, "no call ran in C++ before the bad step"
-    if C.rank == 0:
-        x[0, 0] = float("nan")
-    msg = expect_error(lambda: model(x).sum().backward(), (RuntimeError,), "NaN or Inf")
-    assert state._native_table.calls > calls, "the bad step did not run in C++"
-    return msg
+    raises on every rank. With @p cpp_hook, registered through
+    hooks.register_comm_hook and bad once the C++ hook serves the bucket (its
+    Work is completed by the backend's worker, not a completion thread)."""
+    def fn() -> str:
+        torch, ps = C.torch, C.pg_sparse
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Linear(64, 32))
+        state = ps.SparseState(density=0.5)
+        x = torch.randn(3, 64)
+        if not cpp_hook:
+            model.register_comm_hook(state, ps.hooks.oktopk_hook)
+        else:
+            ps.hooks.register_comm_hook(model, state, ps.hooks.oktopk_hook)
+            for _ in range(4):
+                model(x).sum().backward()
+            calls = state._native_table.calls
+            assert calls >= 1, "no call ran in C++ before the bad step"
+        if C.rank == 0:
+            x[0, 0] = float("nan")
+        msg = expect_error(lambda: model(x).sum().backward(), (RuntimeError,), "NaN or Inf")
+        if cpp_hook:
+            assert state._native_table.calls > calls, "the bad step did not run in C++"
+        return msg
+    return fn
 
 
 def bad_collective_args() -> str:
@@ -275,8 +268,8 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
                for a in ALGOS for w in (0, 1)]
     checks += [(f"nonfinite_inf_{a}", nonfinite(a, 0, "inf")) for a in ("oktopk", "topka")]
     checks += [(f"nonfinite_skip_{a}", nonfinite_skip(a)) for a in ALGOS]
-    checks += [("nonfinite_in_ddp_backward", nonfinite_ddp),
-               ("nonfinite_in_ddp_backward_cpp_hook", nonfinite_ddp_cpp_hook),
+    checks += [("nonfinite_in_ddp_backward", nonfinite_ddp(False)),
+               ("nonfinite_in_ddp_backward_cpp_hook", nonfinite_ddp(True)),
                ("bad_collective_arguments", bad_collective_args),
                ("group_still_usable", still_usable)]
     return checks
