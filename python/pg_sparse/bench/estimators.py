@@ -7,7 +7,8 @@ GaussianK bucket at ``--density``; each timed call adds the same data to the
 residual, picks by the estimator's guess (corrected toward [k/2, 2k], then
 exact), and compacts. Reported: the core's own select-phase time (accumulate,
 threshold, compaction; ``stats()["time_select_s"]``, host time: on CUDA, work
-the phase queued without waiting for it is counted in a later phase), the
+the phase queued without waiting for it is counted in a later phase, and the
+input's refill before each call is waited for before the call starts), the
 whole call with a device synchronisation (the input's copy, the call at world
 size 1, its gather and apply: the comparable figure on CUDA), the achieved
 density against the target and how many corrections the guess needed; beside
@@ -123,6 +124,11 @@ def _one(pg_sparse: Any, g: Any, n: int, k: int, est: str, args: argparse.Namesp
 
     def call() -> None:
         y.copy_(g)
+        if sync is not None:
+            # The select phase's clock is the host's: without this wait it
+            # would also count the refill above (a device copy, two reads of
+            # x) still running when the call starts.
+            sync()
         bucket.allreduce(y).wait()
         s = bucket.stats()
         picks.append(s["local_selected"] / k)
