@@ -1,5 +1,6 @@
 // Elementwise kernels of the CUDA ops table: the fused accumulate (r += g
-// with the threshold count), scale, count_nonfinite and mean_std.
+// with the threshold count), scale, count_nonfinite, mean_std, abs_stats,
+// and accumulate_stats (the add with both statistics in its one pass).
 //
 // All are memory bound: 16-byte loads where the pointers allow, several in
 // flight per thread, a grid sized to the device and strided over the data,
@@ -292,6 +293,142 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0 && out[0] == 0.0) out[4] = 0.0;
 }
 
+// ---- accumulate_stats: the add with a first guess's statistics --------
+
+// What one thread, block or grid has of accumulate_stats: the moments of
+// the sums (as mean_std), abs_stats at 0 over them (count, sums of a, a^2
+// and ln a, smallest a) and the rejected sums.
+struct AddStats {
+  Moments m;
+  double count, sum, sum2, slog, lo, bad;
+};
+
+struct MergeAddStats {
+  __device__ __forceinline__ AddStats operator()(const AddStats &a,
+                                                 const AddStats &b) const {
+    return {MergeMoments{}(a.m, b.m),
+            a.count + b.count,
+            a.sum + b.sum,
+            a.sum2 + b.sum2,
+            a.slog + b.slog,
+            fmin(a.lo, b.lo),
+            a.bad + b.bad};
+  }
+};
+
+using BlockReduceAddStats = cub::BlockReduce<AddStats, kThreads>;
+
+// A thread's running statistics of the sums it wrote.
+struct AddAcc {
+  Moments m{0.0, 0.0, 0.0};
+  unsigned long long count = 0, bad = 0;
+  double sum = 0.0, sum2 = 0.0, lo = INFINITY;
+  LogSum logs;
+  __device__ __forceinline__ void take(float v) {
+    const float af = fabsf(v);
+    if (af > 0.0f) {  // abs_stats' a > thr at thr = 0
+      const double a = af;
+      ++count;
+      sum += a;
+      sum2 += a * a;
+      logs.add(af);
+      lo = fmin(lo, a);
+    }
+  }
+  // r[i] + g[i] (or r[i] where that is not finite), taken.
+  __device__ __forceinline__ float add(float r, float g) {
+    const float v = add_or_keep(r, g, bad);
+    take(v);
+    return v;
+  }
+  // The U float4 sums of r[u] + g[u], their moments as one chunk of 4U
+  // values centred in registers (one merge, as moments_kernel).
+  template <int U>
+  __device__ __forceinline__ void add4(const float4 (&r)[U],
+                                       const float4 (&g)[U], float4 (&v)[U]) {
+    float c[4 * U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      v[u] = make_float4(add(r[u].x, g[u].x), add(r[u].y, g[u].y),
+                         add(r[u].z, g[u].z), add(r[u].w, g[u].w));
+      c[4 * u] = v[u].x;
+      c[4 * u + 1] = v[u].y;
+      c[4 * u + 2] = v[u].z;
+      c[4 * u + 3] = v[u].w;
+    }
+    m = MergeMoments{}(m, chunk_moments(c));
+  }
+  __device__ __forceinline__ float add1(float r, float g) {
+    const float v = add(r, g);
+    m = MergeMoments{}(m, one_value(v));
+    return v;
+  }
+  __device__ __forceinline__ AddStats total() const {
+    return {m,  static_cast<double>(count), sum, sum2, logs.value(),
+            lo, static_cast<double>(bad)};
+  }
+};
+
+// accumulate_stats' pass, each block's statistics into partials[block]:
+// the add as accumulate_kernel walks it (float4 where r and g share their
+// offset from a 16-byte boundary, kUnroll loads in flight, g streamed). A
+// fixed grid and block shape, so the sums are deterministic.
+__global__ void __launch_bounds__(kThreads)
+    add_stats_kernel(float *__restrict__ r, const float *__restrict__ g,
+                     size_t n, AddStats *partials) {
+  __shared__ typename BlockReduceAddStats::TempStorage tmp;
+  AddAcc acc;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const bool vec =
+      ((reinterpret_cast<uintptr_t>(r) ^ reinterpret_cast<uintptr_t>(g)) &
+       15) == 0;
+  size_t head = n, tail0 = n;  // the scalar ends (all of it without vec)
+  if (vec) {
+    head = head_to_align16(r, n);
+    float4 *rv = reinterpret_cast<float4 *>(r + head);
+    const float4 *gv = reinterpret_cast<const float4 *>(g + head);
+    const size_t nv = (n - head) / 4;
+    size_t j = tid;
+    for (; j + (kUnroll - 1) * stride < nv; j += kUnroll * stride) {
+      float4 a[kUnroll], b[kUnroll], v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        a[u] = rv[j + u * stride];
+        b[u] = __ldcs(gv + j + u * stride);
+      }
+      acc.add4(a, b, v);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) rv[j + u * stride] = v[u];
+    }
+    for (; j < nv; j += stride) {
+      const float4 a[1] = {rv[j]}, b[1] = {__ldcs(gv + j)};
+      float4 v[1];
+      acc.add4(a, b, v);
+      rv[j] = v[0];
+    }
+    tail0 = head + 4 * nv;
+  }
+  const size_t scalar_end = vec ? head : n;
+  for (size_t i = tid; i < scalar_end; i += stride) r[i] = acc.add1(r[i], g[i]);
+  for (size_t i = tail0 + tid; i < n; i += stride) r[i] = acc.add1(r[i], g[i]);
+  const AddStats t =
+      BlockReduceAddStats(tmp).Reduce(acc.total(), MergeAddStats{});
+  if (threadIdx.x == 0) partials[blockIdx.x] = t;
+}
+
+// The partials merged in a fixed order into *out.
+__global__ void __launch_bounds__(kThreads)
+    add_stats_final_kernel(const AddStats *partials, unsigned count,
+                           AddStats *out) {
+  __shared__ typename BlockReduceAddStats::TempStorage tmp;
+  AddStats acc{{0.0, 0.0, 0.0}, 0.0, 0.0, 0.0, 0.0, INFINITY, 0.0};
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
+    acc = MergeAddStats{}(acc, partials[i]);
+  const AddStats t = BlockReduceAddStats(tmp).Reduce(acc, MergeAddStats{});
+  if (threadIdx.x == 0) *out = t;
+}
+
 }  // namespace
 
 // ---- entry points ---------------------------------------------------------
@@ -400,6 +537,38 @@ int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
   // The population standard deviation, as the host table gives it.
   *mean = h.mean;
   *std = sqrt(h.m2 / static_cast<double>(n));
+  return PGS_OK;
+}
+
+int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
+                     int64_t *nonfinite_host, double out[7]) {
+  if (out == nullptr || nonfinite_host == nullptr) return PGS_ERR_INVALID;
+  if ((r == nullptr || g == nullptr) && n > 0) return PGS_ERR_INVALID;
+  *nonfinite_host = 0;
+  if (n == 0) {
+    for (int j = 0; j < 7; ++j) out[j] = 0.0;
+    return PGS_OK;
+  }
+  PGS_ENTER(ops, c);
+  const unsigned grid = grid_for(c, add_stats_kernel, n / 4 + 1, kUnroll);
+  // small: the result, then the blocks' partials.
+  PGS_RETURN_IF(ensure_device(&c->small, (1 + grid) * sizeof(AddStats)));
+  auto *dout = static_cast<AddStats *>(c->small.ptr);
+  add_stats_kernel<<<grid, kThreads, 0, c->stream>>>(r, g, n, dout + 1);
+  PGS_LAUNCHED();
+  add_stats_final_kernel<<<1, kThreads, 0, c->stream>>>(dout + 1, grid, dout);
+  PGS_LAUNCHED();
+  void *host = nullptr;
+  PGS_RETURN_IF(read_back(c, dout, sizeof(AddStats), &host));
+  const AddStats h = *static_cast<const AddStats *>(host);
+  *nonfinite_host = static_cast<int64_t>(h.bad);
+  out[0] = h.count;
+  out[1] = h.sum;
+  out[2] = h.sum2;
+  out[3] = h.slog;
+  out[4] = h.count > 0.0 ? h.lo : 0.0;
+  out[5] = h.m.mean;
+  out[6] = sqrt(h.m.m2 / static_cast<double>(n));  // as mean_std
   return PGS_OK;
 }
 

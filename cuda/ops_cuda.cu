@@ -259,6 +259,7 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   t.count_nonfinite = pgs_cuda::count_nonfinite;
   t.mean_std = pgs_cuda::mean_std;
   t.abs_stats = pgs_cuda::abs_stats;
+  t.accumulate_stats = pgs_cuda::accumulate_stats;
   t.count_regions = pgs_cuda::count_regions;
   t.kth_abs = pgs_cuda::kth_abs;
   t.hist_abs = pgs_cuda::hist_abs;

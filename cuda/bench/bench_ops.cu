@@ -162,7 +162,9 @@ void estimator_costs_at(pgs_ops_t *ops, cudaStream_t s, int runs, size_t n) {
         cudaMemcpyAsync(copy_dst, x, n * 2, cudaMemcpyDeviceToDevice, s));
   });
   const double t_read = t_copy;  // moves 4n bytes, as one read of x does
-  double mean = 0, sd = 0, st5[5] = {0};
+  CHECK_CUDA(cudaMemsetAsync(copy_dst, 0, n * 4, s));  // the adds' r
+  double mean = 0, sd = 0, st5[5] = {0}, st7[7] = {0};
+  int64_t none = 0, bad = 0;
   float thr = 0;
   int64_t n_gt = 0, gt = 0, eq = 0, got = 0;
   const int64_t whole[2] = {0, static_cast<int64_t>(n)};
@@ -170,6 +172,21 @@ void estimator_costs_at(pgs_ops_t *ops, cudaStream_t s, int runs, size_t n) {
     const char *what;
     double ms;
   } rows[] = {
+      // The add itself (copy_dst += x), plain and with the statistics of a
+      // first guess taken in its pass (a statistics estimator's start).
+      {"add r += g (plain; 3 reads' traffic)",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(ops->accumulate_select(ops, copy_dst, x, n,
+                                                    INFINITY, nullptr, nullptr,
+                                                    0, &none, &bad));
+                 })},
+      {"  the same with mean_std + abs_stats",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(
+                       ops->accumulate_stats(ops, copy_dst, x, n, &bad, st7));
+                 })},
       {"mean_std (gaussian, sidco_exp guess)",
        median_ms(s, 3, runs,
                  [&] { CHECK_PGS(ops->mean_std(ops, x, n, &mean, &sd)); })},

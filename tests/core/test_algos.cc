@@ -37,10 +37,11 @@ pgs_config_t make_config(pgs_algo_id_t algo, double density, int64_t warmup,
 // One bucket on one transport; each step records what the oracles need.
 class Runner {
  public:
-  Runner(Transport t, const pgs_config_t &cfg, size_t n) : n_(n) {
+  Runner(Transport t, const pgs_config_t &cfg, size_t n,
+         const pgs_ops_t *ops = pgs_ops_cpu())
+      : n_(n) {
     comm_ = make_comm(t);
-    if (comm_)
-      status_ = pgs_bucket_create(&cfg, comm_.get(), pgs_ops_cpu(), n, &b_);
+    if (comm_) status_ = pgs_bucket_create(&cfg, comm_.get(), ops, n, &b_);
   }
   ~Runner() { pgs_bucket_destroy(b_); }
   bool ok() const { return comm_ && status_ == PGS_OK && b_ != nullptr; }
@@ -875,6 +876,77 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
             EXPECT_EQ(run.stats.local_recomputed, 1) << name;
           }
         }
+      }
+  });
+}
+
+// The host table with its statistics passes counted (ctx: the counts).
+struct StatCalls {
+  int mean_std = 0, abs_stats = 0, accumulate_stats = 0;
+};
+StatCalls &calls_of(const pgs_ops_t *o) {
+  return *static_cast<StatCalls *>(o->ctx);
+}
+int counted_mean_std(const pgs_ops_t *o, const float *x, size_t n, double *m,
+                     double *sd) {
+  ++calls_of(o).mean_std;
+  return pgs_ops_cpu()->mean_std(o, x, n, m, sd);
+}
+int counted_abs_stats(const pgs_ops_t *o, const float *x, size_t n, float thr,
+                      double out[5]) {
+  ++calls_of(o).abs_stats;
+  return pgs_ops_cpu()->abs_stats(o, x, n, thr, out);
+}
+int counted_accumulate_stats(const pgs_ops_t *o, float *r, const float *g,
+                             size_t n, int64_t *bad, double out[7]) {
+  ++calls_of(o).accumulate_stats;
+  return pgs_ops_cpu()->accumulate_stats(o, r, g, n, bad, out);
+}
+
+// A statistics estimator's first guess takes the statistics its accumulate
+// took (ops->accumulate_stats, where the device fuses them into the add)
+// instead of a pass of its own, and selects exactly what the separate
+// passes of a table without accumulate_stats select.
+TEST_P(TransportTest, FirstGuessTakesTheAccumulatesStatistics) {
+  on_every_rank([&] {
+    const size_t n = 50000;
+    const int steps = 3;
+    for (pgs_algo_id_t algo :
+         {PGS_ALGO_GAUSSIANK, PGS_ALGO_TOPKDSA, PGS_ALGO_OKTOPK})
+      for (pgs_estimator_t est :
+           {PGS_EST_GAUSSIAN, PGS_EST_SIDCO_EXP, PGS_EST_SIDCO_GP_MS}) {
+        pgs_config_t cfg = make_config(algo, 0.01, 0);
+        cfg.estimator = est;
+        const std::string name =
+            std::string(pgs_algo_name(algo)) + "/" + pgs_estimator_name(est);
+        StatCalls calls[2];
+        std::vector<std::vector<float>> outs[2], resids[2];
+        std::vector<double> thrs[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          pgs_ops_t ops = *pgs_ops_cpu();
+          ops.ctx = &calls[fused];
+          ops.mean_std = counted_mean_std;
+          ops.abs_stats = counted_abs_stats;
+          ops.accumulate_stats = fused ? counted_accumulate_stats : nullptr;
+          Runner run(GetParam(), cfg, n, &ops);
+          ASSERT_TRUE(all_ranks(run.ok())) << name;
+          for (int step = 0; step < steps; ++step) {
+            ASSERT_TRUE(run.step_all(laplace_data(n, 5 + step, world_rank())));
+            outs[fused].push_back(run.out);
+            resids[fused].push_back(run.resid);
+            thrs[fused].push_back(run.stats.local_threshold);
+          }
+        }
+        EXPECT_EQ(outs[0], outs[1]) << name;
+        EXPECT_EQ(resids[0], resids[1]) << name;
+        EXPECT_EQ(thrs[0], thrs[1]) << name;
+        EXPECT_EQ(calls[1].accumulate_stats, steps) << name;
+        EXPECT_EQ(calls[0].accumulate_stats, 0) << name;
+        // Each call's first statistics pass is the one the add took.
+        EXPECT_EQ(calls[0].mean_std + calls[0].abs_stats -
+                      (calls[1].mean_std + calls[1].abs_stats),
+                  steps)
+            << name;
       }
   });
 }

@@ -1,6 +1,9 @@
 // CUDA ops against the host ops: the table, memory functions and the
-// elementwise kernels (accumulate, scale, count_nonfinite, mean_std).
+// elementwise kernels (accumulate, scale, count_nonfinite, mean_std,
+// abs_stats, accumulate_stats).
 #include <cuda_runtime.h>
+
+#include <string>
 
 #include "cuda_test_util.h"
 
@@ -17,7 +20,7 @@ TEST_F(CudaBasic, TableIsCompleteForDeviceMemory) {
   EXPECT_NE(o->ctx, nullptr);
   EXPECT_TRUE(o->alloc && o->free && o->copy && o->fill_zero && o->sync);
   EXPECT_TRUE(o->accumulate && o->scale && o->count_nonfinite && o->mean_std &&
-              o->abs_stats);
+              o->abs_stats && o->accumulate_stats);
   EXPECT_TRUE(o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
               o->select_pairs);
   EXPECT_TRUE(o->gather && o->zero_at && o->scatter_add &&
@@ -279,6 +282,67 @@ TEST_F(CudaBasic, AbsStatsMatchesCpu) {
   EXPECT_EQ(gpu()->abs_stats(gpu(), nullptr, 0, 0.0f, out), PGS_OK);
   EXPECT_EQ(out[0], 0.0);
   EXPECT_EQ(gpu()->abs_stats(gpu(), nullptr, 3, 0.0f, out), PGS_ERR_INVALID);
+}
+
+// ---- accumulate_stats -----------------------------------------------------
+
+// The one pass against the host's three (its add, abs_stats at 0 and
+// mean_std of the sums), r at offset ro and g at go.
+void check_accumulate_stats(const std::vector<float> &r,
+                            const std::vector<float> &g, size_t ro, size_t go) {
+  const size_t n = r.size();
+  Dev<float> dr(n + ro), dg(n + go);
+  dr.put(r, ro);
+  dg.put(g, go);
+  double got[7], want[7];
+  int64_t bad_gpu = -1, bad_cpu = -2;
+  ASSERT_EQ(gpu()->accumulate_stats(gpu(), dr.get() + ro, dg.get() + go, n,
+                                    &bad_gpu, got),
+            PGS_OK);
+  std::vector<float> sum = r;
+  ASSERT_EQ(
+      cpu()->accumulate_stats(cpu(), sum.data(), g.data(), n, &bad_cpu, want),
+      PGS_OK);
+  const std::string at = "n=" + std::to_string(n) +
+                         " ro=" + std::to_string(ro) +
+                         " go=" + std::to_string(go);
+  EXPECT_TRUE(same(dr.host(ro), sum, true)) << at;
+  EXPECT_EQ(bad_gpu, bad_cpu) << at;
+  EXPECT_EQ(got[0], want[0]) << at;
+  for (int j = 1; j < 4; ++j)
+    EXPECT_NEAR(got[j], want[j], 1e-9 * (1 + std::fabs(want[j])))
+        << at << " j=" << j;
+  EXPECT_EQ(got[4], want[4]) << at;
+  EXPECT_NEAR(got[5], want[5], 1e-9 * std::fabs(want[5]) + 1e-12) << at;
+  EXPECT_NEAR(got[6], want[6], 1e-9 * want[6] + 1e-12) << at;
+}
+
+TEST_F(CudaBasic, AccumulateStatsMatchesCpu) {
+  for (size_t n : sizes()) {
+    std::vector<float> r = normal(n, 80 + n), g = normal(n, 81 + n);
+    for (auto &v : r) v = 100.0f + 3.0f * v;  // a mean far from 0
+    check_accumulate_stats(r, g, 0, 0);
+    if (n <= (size_t{1} << 20)) {
+      check_accumulate_stats(r, g, 1, 1);  // same misalignment: float4 body
+      check_accumulate_stats(r, g, 3, 0);  // different: scalar
+      add_nonfinite(g, 82 + n, n / 10 + 1);
+      check_accumulate_stats(r, g, 0, 0);  // rejected sums keep r
+      std::vector<float> z(n, 0.0f), mz(n, -0.0f);
+      check_accumulate_stats(z, mz, 2, 2);  // no a > 0: smallest a is 0
+    }
+  }
+  double out[7];
+  int64_t bad = -1;
+  EXPECT_EQ(gpu()->accumulate_stats(gpu(), nullptr, nullptr, 0, &bad, out),
+            PGS_OK);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(out[6], 0.0);
+  Dev<float> d(4);
+  EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), nullptr, 4, &bad, out),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), d.get(), 4, nullptr, out),
+            PGS_ERR_INVALID);
 }
 
 }  // namespace

@@ -99,6 +99,12 @@ struct pgs_bucket {
    * entries). */
   pgs_buf_t guess_val;
   int est_landed;
+  /* The statistics of this call's sum taken by the accumulate's own pass
+   * (ops->accumulate_stats: abs_stats at 0, then mean and std), for the
+   * first guess of a statistics estimator; add_stats_ok while they
+   * describe the residual as it is. */
+  double add_stats[7];
+  int add_stats_ok;
   /* SIDCo multi-stage: the current stage count (0: not chosen yet) and the
    * first guesses' picks / k summed over the calls since the last change. */
   int est_stages;
@@ -322,6 +328,15 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
 int pgs_guess_precedes_add(const pgs_bucket_t *b);
 /** That guess, for the gradient @p grad not yet added to the residual. */
 int pgs_guess_before_add(pgs_bucket_t *b, const float *grad, float *thr);
+/** Whether this call's first guess is a statistic of the sum (Gaussian,
+ *  SIDCo), which the accumulate then takes in its own pass where the table
+ *  can (b->add_stats). */
+int pgs_guess_from_stats(const pgs_bucket_t *b);
+/** abs_stats(x, n, 0) and mean_std(x, n) for an estimator's first guess:
+ *  the accumulate's own where it took them for this residual (once). */
+int pgs_first_abs_stats(pgs_bucket_t *b, const float *x, double out[5]);
+int pgs_first_mean_std(pgs_bucket_t *b, const float *x, double *mean,
+                       double *sd);
 
 /** Monotonic clock in seconds. */
 double pgs_now(void);

@@ -250,6 +250,22 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
 
 /* --- the call ------------------------------------------------------------- */
 
+/* A plain add (nothing listed) before a statistics estimator's first
+ * guess: the table may take the guess's statistics in the add's pass. */
+static int plain_add_with_stats(const pgs_bucket_t *b, float thr) {
+  return !(thr < INFINITY) && b->ops->accumulate_stats != NULL &&
+         pgs_guess_from_stats(b);
+}
+
+static int add_with_stats(pgs_bucket_t *b, const float *grad,
+                          pgs_fused_t *res) {
+  res->count = 0;
+  const int st = b->ops->accumulate_stats(b->ops, b->resid, grad, b->n,
+                                          &res->nonfinite, b->add_stats);
+  b->add_stats_ok = st == PGS_OK;
+  return st;
+}
+
 int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
                        int32_t *idx, float *val, size_t cap, size_t k,
                        pgs_fused_t *res, pgs_regions_t *reg) {
@@ -272,6 +288,8 @@ int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
   else if (k > 0)
     st = b->ops->accumulate_kth(b->ops, b->resid, grad, b->n, thr, idx, val,
                                 cap, k, res);
+  else if (plain_add_with_stats(b, thr))
+    st = add_with_stats(b, grad, res);
   else
     st = b->ops->accumulate_select(b->ops, b->resid, grad, b->n, thr, idx, val,
                                    cap, &res->count, &res->nonfinite);
@@ -447,6 +465,7 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
                     b->algo == &pgs_algo_dense;
   b->call_bad = 0;
   b->call_grad = grad;
+  b->add_stats_ok = 0;
   int st = b->checked ? PGS_OK : check_settings(b);
   if (st == PGS_OK) {
     b->checked = 1;

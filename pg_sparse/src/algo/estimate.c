@@ -120,7 +120,7 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
     case PGS_EST_GAUSSIAN:
     case PGS_EST_SIDCO_EXP: {
       double mean = 0.0, sd = 0.0;
-      int st = b->ops->mean_std(b->ops, x, b->n, &mean, &sd);
+      int st = pgs_first_mean_std(b, x, &mean, &sd);
       if (st != PGS_OK) return st;
       /* Laplace x with scale s has sd = s sqrt 2 and P(|x| > t) = e^(-t/s). */
       b->stats.estimate_stages = b->cfg.estimator == PGS_EST_SIDCO_EXP;
@@ -185,6 +185,45 @@ static int select_at(pgs_bucket_t *b, const float *x, float thr, int32_t *idx,
 static int goes_exact(const pgs_bucket_t *b) {
   return b->cfg.estimator == PGS_EST_EXACT || b->k == (int64_t)b->n ||
          (b->cfg.estimator == PGS_EST_REUSE && !(b->est_last_thr > 0.0f));
+}
+
+int pgs_guess_from_stats(const pgs_bucket_t *b) {
+  if (goes_exact(b)) return 0;
+  switch (b->cfg.estimator) {
+    /* The default guesses only in GaussianK (elsewhere it is exact). */
+    case PGS_EST_DEFAULT: return b->algo == &pgs_algo_gaussiank;
+    case PGS_EST_GAUSSIAN:
+    case PGS_EST_SIDCO_EXP:
+    case PGS_EST_SIDCO_GP:
+    case PGS_EST_SIDCO_GAMMA:
+    case PGS_EST_SIDCO_EXP_MS:
+    case PGS_EST_SIDCO_GP_MS:
+    case PGS_EST_SIDCO_GAMMA_GP_MS: return 1;
+    default: return 0;
+  }
+}
+
+/* The accumulate's statistics serve one first guess of the residual they
+ * were taken of; any other x, or a second use, takes its own pass. */
+static int take_add_stats(pgs_bucket_t *b, const float *x) {
+  const int ok = b->add_stats_ok && x == b->resid;
+  b->add_stats_ok = 0;
+  return ok;
+}
+
+int pgs_first_abs_stats(pgs_bucket_t *b, const float *x, double out[5]) {
+  if (!take_add_stats(b, x))
+    return b->ops->abs_stats(b->ops, x, b->n, 0.0f, out);
+  memcpy(out, b->add_stats, 5 * sizeof(double));
+  return PGS_OK;
+}
+
+int pgs_first_mean_std(pgs_bucket_t *b, const float *x, double *mean,
+                       double *sd) {
+  if (!take_add_stats(b, x)) return b->ops->mean_std(b->ops, x, b->n, mean, sd);
+  *mean = b->add_stats[5];
+  *sd = b->add_stats[6];
+  return PGS_OK;
 }
 
 int pgs_guess_precedes_add(const pgs_bucket_t *b) {

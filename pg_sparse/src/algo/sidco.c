@@ -1,10 +1,12 @@
 /* SIDCo's threshold estimators (Abdelmoniem et al., MLSys'21): fit a
  * distribution to a = |x| and read the threshold the density asks for off
  * its tail, in one statistics pass per stage (ops->abs_stats; no copy of
- * the exceedances). Multi-stage fits first aim at the top quarter, then fit
- * the exceedances over each stage's threshold again: gradient tails are
- * heavier than one fit of the bulk predicts. The stage count adapts to the
- * picks the guess gave, every 5 calls, as SIDCo's adaptive mode does. */
+ * the exceedances; the first stage's where the table can in the
+ * accumulate's own pass, pgs_first_abs_stats). Multi-stage fits first aim at
+ * the top quarter, then fit the exceedances over each stage's threshold again:
+ * gradient tails are heavier than one fit of the bulk predicts. The stage count
+ * adapts to the picks the guess gave, every 5 calls, as SIDCo's adaptive mode
+ * does. */
 #include <math.h>
 
 #include "algo/algo_internal.h"
@@ -85,7 +87,7 @@ int pgs_sidco_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   const pgs_estimator_t e = b->cfg.estimator;
   const int fam = family(e);
   double o[5];
-  int st = b->ops->abs_stats(b->ops, x, b->n, 0.0f, o);
+  int st = pgs_first_abs_stats(b, x, o);
   if (st != PGS_OK) return st;
   tail_t t = tail_of(o);
   *thr = 0.0f;

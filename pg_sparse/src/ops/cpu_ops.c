@@ -289,6 +289,7 @@ static const pgs_ops_t cpu_ops = {
     .accumulate_select = pgs_cpu_accumulate_select,
     .accumulate_kth = pgs_cpu_accumulate_kth,
     .accumulate_kth_regions = pgs_cpu_accumulate_kth_regions,
+    .accumulate_stats = pgs_cpu_accumulate_stats,
     .unaccumulate = pgs_cpu_unaccumulate,
     .shift_idx = pgs_cpu_shift_idx,
     .locate = pgs_cpu_locate,
