@@ -219,22 +219,17 @@ struct MinF64 {
 // The sum of ln a over a thread's elements without a double log per
 // element (the FP64 unit made that pass compute-bound: 4.3 reads of x at
 // 100M on an H200): a = m 2^e exactly (frexpf), the mantissas m in
-// [0.5, 1) multiply into a double renormalised every 16 factors (>= 2^-16,
-// no underflow), the exponents add up as integers, and one log per thread
-// gives ln(prod m) + (sum e) ln 2. Each product rounds by 2^-53 relative,
-// so a thread's sum is off by about (its count) x 1e-16 in absolute terms,
-// far inside the 1e-9 the host comparison allows.
+// [0.5, 1) multiply into a double renormalised at most every 16 factors
+// (>= 2^-16, no underflow), the exponents add up as integers, and one log per
+// thread gives ln(prod m) + (sum e) ln 2. Each product rounds by 2^-53
+// relative, so a thread's sum is off by about (its count) x 1e-16 in absolute
+// terms, far inside the 1e-9 the host comparison allows.
 struct LogSum {
   double prod = 1.0;
   long long exps = 0;
-  int pending = 0;
+  // One factor; the caller renormalises after at most 16 of them (once per
+  // chunk of at most 16 values), without a count per value.
   __device__ __forceinline__ void add(float a) {
-    add_unchecked(a);
-    if (++pending == 16) renorm();
-  }
-  // A factor without the count: the caller renormalises after at most 16
-  // of them (abs_stats_kernel, once per chunk of 16 values).
-  __device__ __forceinline__ void add_unchecked(float a) {
     int e = 0;
     prod *= static_cast<double>(frexpf(a, &e));
     exps += e;
@@ -243,7 +238,6 @@ struct LogSum {
     int pe = 0;
     prod = frexp(prod, &pe);
     exps += pe;
-    pending = 0;
   }
   __device__ __forceinline__ double value() const {
     return log(prod) + static_cast<double>(exps) * 0.69314718055994530942;
@@ -268,7 +262,7 @@ struct AbsAcc {
       ++count;
       sum += a;
       sum2 += a * a;
-      logs.add_unchecked(af);
+      logs.add(af);
       lo = fminf(lo, af);
     }
   }
@@ -352,27 +346,17 @@ struct MergeAddStats {
 
 using BlockReduceAddStats = cub::BlockReduce<AddStats, kThreads>;
 
-// A thread's running statistics of the sums it wrote.
+// A thread's running statistics of the sums it wrote: their moments, and
+// abs_stats at 0 of them (AbsAcc; the log sum renormalised after each
+// chunk, at most 16 values).
 struct AddAcc {
   Moments m{0.0, 0.0, 0.0};
-  unsigned long long count = 0, bad = 0;
-  double sum = 0.0, sum2 = 0.0, lo = INFINITY;
-  LogSum logs;
-  __device__ __forceinline__ void take(float v) {
-    const float af = fabsf(v);
-    if (af > 0.0f) {  // abs_stats' a > thr at thr = 0
-      const double a = af;
-      ++count;
-      sum += a;
-      sum2 += a * a;
-      logs.add(af);
-      lo = fmin(lo, a);
-    }
-  }
+  unsigned long long bad = 0;
+  AbsAcc abs;
   // r[i] + g[i] (or r[i] where that is not finite), taken.
   __device__ __forceinline__ float add(float r, float g) {
     const float v = add_or_keep(r, g, bad);
-    take(v);
+    abs.take(v, 0.0f);  // abs_stats' a > thr at thr = 0
     return v;
   }
   // The U float4 sums of r[u] + g[u], their moments as one chunk of 4U
@@ -391,15 +375,22 @@ struct AddAcc {
       c[4 * u + 3] = v[u].w;
     }
     m = MergeMoments{}(m, chunk_moments(c));
+    abs.logs.renorm();
   }
   __device__ __forceinline__ float add1(float r, float g) {
     const float v = add(r, g);
     m = MergeMoments{}(m, one_value(v));
+    abs.logs.renorm();
     return v;
   }
   __device__ __forceinline__ AddStats total() const {
-    return {m,  static_cast<double>(count), sum, sum2, logs.value(),
-            lo, static_cast<double>(bad)};
+    return {m,
+            static_cast<double>(abs.count),
+            abs.sum,
+            abs.sum2,
+            abs.logs.value(),
+            static_cast<double>(abs.lo),
+            static_cast<double>(bad)};
   }
 };
 
