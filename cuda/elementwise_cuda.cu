@@ -1,7 +1,6 @@
 // Elementwise kernels of the CUDA ops table: the fused accumulate (r += g
 // with the threshold count), scale, count_nonfinite, mean_std, abs_stats,
-// and accumulate_stats (the add with both statistics in its one pass, and
-// a list by the compaction after it).
+// and accumulate_stats (the add with both statistics in its one pass).
 //
 // All are memory bound: 16-byte loads where the pointers allow, several in
 // flight per thread, a grid sized to the device and strided over the data,
@@ -567,14 +566,10 @@ int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
 }
 
 int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
-                     float thr, int32_t *idx, float *val, size_t cap,
-                     int64_t *count_host, int64_t *nonfinite_host,
-                     double out[7]) {
+                     int64_t *nonfinite_host, double out[7]) {
   if (out == nullptr || nonfinite_host == nullptr) return PGS_ERR_INVALID;
   if ((r == nullptr || g == nullptr) && n > 0) return PGS_ERR_INVALID;
-  if ((idx == nullptr || val == nullptr) && cap > 0) return PGS_ERR_INVALID;
   *nonfinite_host = 0;
-  if (count_host != nullptr) *count_host = 0;
   if (n == 0) {
     for (int j = 0; j < 7; ++j) out[j] = 0.0;
     return PGS_OK;
@@ -599,16 +594,7 @@ int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   out[4] = h.count > 0.0 ? h.lo : 0.0;
   out[5] = h.m.mean;
   out[6] = sqrt(h.m.m2 / static_cast<double>(n));  // as mean_std
-  // The list, by the compaction of the sums: taking the statistics in the
-  // one pass of a selection instead (the add as the compaction's load, as
-  // accumulate_select does) cost 150-220 us more than that pass at 100M on
-  // an H200, however few statistics it took, where the plain add takes
-  // them for nothing (docs/bench/estimators-cuda).
-  if (!(thr < INFINITY)) return PGS_OK;
-  int64_t none = 0;
-  const int st = compact(ops, r, n, thr, -1, 0, idx, val, cap,
-                         count_host != nullptr ? count_host : &none);
-  return st == PGS_ERR_OVERFLOW ? PGS_OK : st;  // counted past the room
+  return PGS_OK;
 }
 
 }  // namespace pgs_cuda

@@ -317,9 +317,7 @@ int abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
 int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
              double *std);
 int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
-                     float thr, int32_t *idx, float *val, size_t cap,
-                     int64_t *count_host, int64_t *nonfinite_host,
-                     double out[7]);
+                     int64_t *nonfinite_host, double out[7]);
 
 // select_cuda.cu
 // Region bounds passed by value as a kernel parameter (P < kParamBounds

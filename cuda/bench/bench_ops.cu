@@ -184,9 +184,8 @@ void estimator_costs_at(pgs_ops_t *ops, cudaStream_t s, int runs, size_t n) {
       {"  the same with mean_std + abs_stats",
        median_ms(s, 3, runs,
                  [&] {
-                   CHECK_PGS(ops->accumulate_stats(ops, copy_dst, x, n,
-                                                   INFINITY, nullptr, nullptr,
-                                                   0, nullptr, &bad, st7));
+                   CHECK_PGS(
+                       ops->accumulate_stats(ops, copy_dst, x, n, &bad, st7));
                  })},
       {"mean_std (gaussian, sidco_exp guess)",
        median_ms(s, 3, runs,

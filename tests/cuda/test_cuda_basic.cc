@@ -287,49 +287,34 @@ TEST_F(CudaBasic, AbsStatsMatchesCpu) {
 // ---- accumulate_stats -----------------------------------------------------
 
 // The one pass against the host's three (its add, abs_stats at 0 and
-// mean_std of the sums), r at offset ro and g at go; at a finite thr also
-// the list of |sum| >= thr (room cap) and its count, as the host's
-// accumulate_select gives them.
+// mean_std of the sums), r at offset ro and g at go.
 void check_accumulate_stats(const std::vector<float> &r,
-                            const std::vector<float> &g, size_t ro, size_t go,
-                            float thr = INFINITY, size_t cap = 0) {
+                            const std::vector<float> &g, size_t ro, size_t go) {
   const size_t n = r.size();
-  Dev<float> dr(n + ro), dg(n + go), dv(cap + 1);
-  Dev<int32_t> di(cap + 1);
+  Dev<float> dr(n + ro), dg(n + go);
   dr.put(r, ro);
   dg.put(g, go);
-  double got[7], ref[7];
-  int64_t bad_gpu = -1, bad_cpu = -2, count_gpu = -1, count_cpu = -2;
-  ASSERT_EQ(gpu()->accumulate_stats(gpu(), dr.get() + ro, dg.get() + go, n, thr,
-                                    di.get(), dv.get(), cap, &count_gpu,
+  double got[7], want[7];
+  int64_t bad_gpu = -1, bad_cpu = -2;
+  ASSERT_EQ(gpu()->accumulate_stats(gpu(), dr.get() + ro, dg.get() + go, n,
                                     &bad_gpu, got),
             PGS_OK);
-  std::vector<float> sum = r, val(cap + 1);
-  std::vector<int32_t> idx(cap + 1);
+  std::vector<float> sum = r;
   ASSERT_EQ(
-      cpu()->accumulate_stats(cpu(), sum.data(), g.data(), n, thr, idx.data(),
-                              val.data(), cap, &count_cpu, &bad_cpu, ref),
+      cpu()->accumulate_stats(cpu(), sum.data(), g.data(), n, &bad_cpu, want),
       PGS_OK);
-  const std::string at =
-      "n=" + std::to_string(n) + " ro=" + std::to_string(ro) +
-      " go=" + std::to_string(go) + " thr=" + std::to_string(thr);
+  const std::string at = "n=" + std::to_string(n) +
+                         " ro=" + std::to_string(ro) +
+                         " go=" + std::to_string(go);
   EXPECT_TRUE(same(dr.host(ro), sum, true)) << at;
   EXPECT_EQ(bad_gpu, bad_cpu) << at;
-  EXPECT_EQ(count_gpu, count_cpu) << at;
-  const size_t listed = std::min(cap, static_cast<size_t>(count_cpu));
-  EXPECT_EQ(di.host(0, listed),
-            std::vector<int32_t>(idx.begin(), idx.begin() + listed))
-      << at;
-  EXPECT_TRUE(same(dv.host(0, listed),
-                   std::vector<float>(val.begin(), val.begin() + listed), true))
-      << at;
-  EXPECT_EQ(got[0], ref[0]) << at;
+  EXPECT_EQ(got[0], want[0]) << at;
   for (int j = 1; j < 4; ++j)
-    EXPECT_NEAR(got[j], ref[j], 1e-9 * (1 + std::fabs(ref[j])))
+    EXPECT_NEAR(got[j], want[j], 1e-9 * (1 + std::fabs(want[j])))
         << at << " j=" << j;
-  EXPECT_EQ(got[4], ref[4]) << at;
-  EXPECT_NEAR(got[5], ref[5], 1e-9 * std::fabs(ref[5]) + 1e-12) << at;
-  EXPECT_NEAR(got[6], ref[6], 1e-9 * ref[6] + 1e-12) << at;
+  EXPECT_EQ(got[4], want[4]) << at;
+  EXPECT_NEAR(got[5], want[5], 1e-9 * std::fabs(want[5]) + 1e-12) << at;
+  EXPECT_NEAR(got[6], want[6], 1e-9 * want[6] + 1e-12) << at;
 }
 
 TEST_F(CudaBasic, AccumulateStatsMatchesCpu) {
@@ -347,43 +332,17 @@ TEST_F(CudaBasic, AccumulateStatsMatchesCpu) {
     }
   }
   double out[7];
-  int64_t bad = -1, count = -1;
-  EXPECT_EQ(gpu()->accumulate_stats(gpu(), nullptr, nullptr, 0, INFINITY,
-                                    nullptr, nullptr, 0, nullptr, &bad, out),
+  int64_t bad = -1;
+  EXPECT_EQ(gpu()->accumulate_stats(gpu(), nullptr, nullptr, 0, &bad, out),
             PGS_OK);
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(out[0], 0.0);
   EXPECT_EQ(out[6], 0.0);
   Dev<float> d(4);
-  EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), nullptr, 4, INFINITY,
-                                    nullptr, nullptr, 0, nullptr, &bad, out),
+  EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), nullptr, 4, &bad, out),
             PGS_ERR_INVALID);
-  EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), d.get(), 4, INFINITY,
-                                    nullptr, nullptr, 0, nullptr, nullptr, out),
+  EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), d.get(), 4, nullptr, out),
             PGS_ERR_INVALID);
-  EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), d.get(), 4, 1.0f, nullptr,
-                                    nullptr, 2, &count, &bad, out),
-            PGS_ERR_INVALID);  // room without a list
-}
-
-// The listed form (a statistics estimator's tail list): aligned and not, a
-// list that fits, one past its room, a count without room, and rejected
-// sums.
-TEST_F(CudaBasic, AccumulateStatsWithListMatchesCpu) {
-  for (size_t n : sizes()) {
-    std::vector<float> r = normal(n, 83 + n), g = normal(n, 84 + n);
-    // r + g is normal with sd sqrt 2: |sum| >= 3 is about 3.4%, >= 2 16%.
-    const size_t room = n / 10 + 1;
-    check_accumulate_stats(r, g, 0, 0, 3.0f, room);  // fits
-    check_accumulate_stats(r, g, 0, 0, 2.0f, room);  // past its room
-    if (n > (size_t{1} << 20)) continue;
-    check_accumulate_stats(r, g, 1, 1, 3.0f, room);  // vector body
-    check_accumulate_stats(r, g, 3, 0, 3.0f, room);  // scalar
-    check_accumulate_stats(r, g, 0, 0, 0.0f, room);  // every nonzero
-    check_accumulate_stats(r, g, 0, 0, 3.0f, 0);     // counted, no room
-    add_nonfinite(g, 85 + n, n / 10 + 1);
-    check_accumulate_stats(r, g, 0, 0, 3.0f, room);  // rejected sums
-  }
 }
 
 }  // namespace

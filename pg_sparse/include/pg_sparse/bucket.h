@@ -162,8 +162,7 @@ typedef enum pgs_phase {
     "SIDCo multi-stage estimators: stages of this call's fit")              \
   X(int, candidates,                                                        \
     "oktopk: the local selection came from the fused pass's candidate "     \
-    "list, no extra pass; gaussiank with a statistics estimator: the "      \
-    "guess was counted and selected on the tail list the add wrote")        \
+    "list, no extra pass")                                                  \
   X(double, words_lower_bound, "2k(P-1)/P: Ok-Topk's lower bound")          \
   X(double, words_upper_bound,                                              \
     "6k(P-1)/P: Ok-Topk's cap, reported for every algorithm as a yardstick")

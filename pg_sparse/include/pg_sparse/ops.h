@@ -237,17 +237,14 @@ struct pgs_ops {
                                 size_t n, float thr, int32_t *idx, float *val,
                                 size_t cap, size_t k, pgs_fused_t *out,
                                 pgs_regions_t *reg);
-  /** accumulate_select (the add and, at a finite @p thr with room, the list
-   *  of |r| >= thr; @p count_host may be NULL where nothing is listed), and
-   *  the statistics a threshold estimator starts from, of r after the add:
+  /** accumulate_select's plain add (thr = +Inf, nothing listed), and the
+   *  statistics a threshold estimator starts from, of r after the add:
    *  out[0..4] as abs_stats(r, n, 0) gives them, out[5] and out[6] the mean
    *  and standard deviation as mean_std(r, n) gives them. A table may take
    *  them in the add's own pass (the device: no read of r for the first
    *  guess). Optional (NULL: the caller makes the three calls). */
   int (*accumulate_stats)(const pgs_ops_t *ops, float *r, const float *g,
-                          size_t n, float thr, int32_t *idx, float *val,
-                          size_t cap, int64_t *count_host,
-                          int64_t *nonfinite_host, double out[7]);
+                          size_t n, int64_t *nonfinite_host, double out[7]);
 };
 
 /** The host-memory implementation (no state; safe to share). */

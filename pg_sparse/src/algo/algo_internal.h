@@ -105,13 +105,6 @@ struct pgs_bucket {
    * describe the residual as it is. */
   double add_stats[7];
   int add_stats_ok;
-  /* The tail list (pgs_tail_threshold): the last call's final threshold and
-   * count, and the slope -d ln(count) / d ln(thr) measured between a list's
-   * threshold and the final one (0: none yet). */
-  float tail_base_thr;
-  int64_t tail_base_count;
-  double tail_slope;
-  double tail_growth; /* the last ratio of calls' final thresholds (0: none) */
   /* SIDCo multi-stage: the current stage count (0: not chosen yet) and the
    * first guesses' picks / k summed over the calls since the last change. */
   int est_stages;
@@ -308,12 +301,8 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
 /** A first guess made before the call's accumulate, whose own pass listed
  *  the entries at it (room for 2k) and counted them. */
 typedef struct pgs_first_guess {
-  float thr;     /* the guess (a tail list: the list's threshold) */
+  float thr;     /* the guess */
   int64_t count; /* entries of x at or above it, the first 2k listed */
-  /* A tail list, not a guess: thr lies below where a statistics
-   * estimator's guess is expected (pgs_tail_threshold), and every guess or
-   * correction at or above it is counted and selected on the list. */
-  int tail;
 } pgs_first_guess_t;
 
 /** pgs_banded_threshold whose first count, where the last call's first
@@ -330,19 +319,6 @@ typedef struct pgs_first_guess {
 int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
                       const pgs_first_guess_t *first, float *thr, int64_t *gt,
                       int64_t *eq, int64_t *m);
-
-/** Whether this call's accumulate should list a statistics estimator's
- *  tail, and at which threshold (*thr > 0): about 3k entries by the
- *  last call's final threshold and count, its change from the call
- *  before, and the slope of the count against the threshold seen so far. Then
- * the guess that the add's statistics give, and any correction, is counted on
- * that list of at most 2k pairs and selected from it, not from the bucket,
- * where it lies at or above *thr and the list is complete: the same entries in
- * the same order. */
-int pgs_tail_threshold(const pgs_bucket_t *b, float *thr);
-/** The tail list's room in pairs (4k: twice a guess's, so that a list
- *  reaching past the band's 2k still holds every guess in band). */
-int64_t pgs_tail_room(const pgs_bucket_t *b);
 
 /** Whether this call's first guess can be made before its accumulate (after
  *  a guess that landed, as pgs_banded_select selects at it): reuse's is the

@@ -250,19 +250,18 @@ void pgs_phase_enter(pgs_bucket_t *b, int phase) {
 
 /* --- the call ------------------------------------------------------------- */
 
-/* An add before a statistics estimator's first guess: the table may take
- * the guess's statistics in the add's pass (with the list, if any). */
-static int add_takes_stats(const pgs_bucket_t *b) {
-  return b->ops->accumulate_stats != NULL && pgs_guess_from_stats(b);
+/* A plain add (nothing listed) before a statistics estimator's first
+ * guess: the table may take the guess's statistics in the add's pass. */
+static int plain_add_with_stats(const pgs_bucket_t *b, float thr) {
+  return !(thr < INFINITY) && b->ops->accumulate_stats != NULL &&
+         pgs_guess_from_stats(b);
 }
 
-static int add_with_stats(pgs_bucket_t *b, const float *grad, float thr,
-                          int32_t *idx, float *val, size_t cap,
+static int add_with_stats(pgs_bucket_t *b, const float *grad,
                           pgs_fused_t *res) {
   res->count = 0;
-  const int st =
-      b->ops->accumulate_stats(b->ops, b->resid, grad, b->n, thr, idx, val, cap,
-                               &res->count, &res->nonfinite, b->add_stats);
+  const int st = b->ops->accumulate_stats(b->ops, b->resid, grad, b->n,
+                                          &res->nonfinite, b->add_stats);
   b->add_stats_ok = st == PGS_OK;
   return st;
 }
@@ -289,8 +288,8 @@ int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
   else if (k > 0)
     st = b->ops->accumulate_kth(b->ops, b->resid, grad, b->n, thr, idx, val,
                                 cap, k, res);
-  else if (add_takes_stats(b))
-    st = add_with_stats(b, grad, thr, idx, val, cap, res);
+  else if (plain_add_with_stats(b, thr))
+    st = add_with_stats(b, grad, res);
   else
     st = b->ops->accumulate_select(b->ops, b->resid, grad, b->n, thr, idx, val,
                                    cap, &res->count, &res->nonfinite);

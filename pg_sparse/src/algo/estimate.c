@@ -240,136 +240,34 @@ int pgs_guess_before_add(pgs_bucket_t *b, const float *grad, float *thr) {
   return sample_threshold(b, b->resid, grad, thr);
 }
 
-/* The tail list's count at @p thr (at or above the list's threshold): the
- * bucket's own, since every entry at or above it is on the list. */
-static int count_on_list(pgs_bucket_t *b, const float *val, int64_t m,
-                         float thr, int64_t *gt, int64_t *eq) {
-  const int64_t bounds[2] = {0, m};
-  return b->ops->count_regions(b->ops, val, (size_t)m, bounds, 1, thr, gt, eq);
-}
-
-/* The selection at @p thr from the tail list, in place (planned: @p count
- * entries, counted on the list), as the compaction of the bucket at thr
- * would give it. */
-static int select_on_list(pgs_bucket_t *b, int32_t *idx, float *val, int64_t m,
-                          float thr, int64_t count) {
-  b->stats.candidates = 1;
-  return b->ops->select_pairs(b->ops, idx, val, (size_t)m, thr, -1, idx, val,
-                              (size_t)count, NULL);
-}
-
-/* Where the next call's tail list goes: the last final threshold, moved
- * by the last change between calls' final thresholds (error feedback
- * grows the residual's tail until it settles), then down to about 3k
- * entries along the measured slope (5, a Laplace tail's at density 0.007,
- * before any), never below a quarter of it. 3k: the band reaches 2k, and
- * the room of 4k leaves a third for the prediction's error. */
-static const double TAIL_DEFAULT_SLOPE = 5.0;
-static const double TAIL_GROWTH_MIN = 0.8, TAIL_GROWTH_MAX = 1.25;
-
-int pgs_tail_threshold(const pgs_bucket_t *b, float *thr) {
-  *thr = 0.0f;
-  /* Host tables only: there the list comes with the add's own pass. On the
-   * device the statistics in the one pass of a selection cost 150-220 us
-   * more than that pass at 100M on an H200 (docs/bench/estimators-cuda), and
-   * a compaction after the plain add is the pass the guess's own selection
-   * makes; the device keeps that. */
-  if (b->ops->mem != PGS_MEM_HOST || b->ops->accumulate_stats == NULL ||
-      !pgs_guess_from_stats(b) || !(b->tail_base_thr > 0.0f) ||
-      b->tail_base_count <= 0)
-    return 0;
-  const double want = 3.0 * (double)b->k;
-  const double slope = b->tail_slope > 0.0 ? b->tail_slope : TAIL_DEFAULT_SLOPE;
-  const double base =
-      b->tail_base_thr * (b->tail_growth > 0.0 ? b->tail_growth : 1.0);
-  double t = base;
-  if (want > (double)b->tail_base_count)
-    t *= exp(-log(want / (double)b->tail_base_count) / slope);
-  if (t < 0.25 * base) t = 0.25 * base;
-  *thr = (float)t;
-  return *thr > 0.0f;
-}
-
-/* A call's final threshold and count, the next tail list's base: the
- * change from the last one, and with a tail list below it, the slope
- * between the two. */
-static void tail_update(pgs_bucket_t *b, const pgs_first_guess_t *first,
-                        float thr, int64_t count) {
-  if (first != NULL && first->tail && first->thr < thr &&
-      first->count > count && count > 0) {
-    const double slope = log((double)first->count / (double)count) /
-                         log((double)thr / (double)first->thr);
-    if (slope > 0.0) b->tail_slope = slope < 1.0 ? 1.0 : slope;
-  }
-  if (b->tail_base_thr > 0.0f && thr > 0.0f) {
-    double g = (double)thr / (double)b->tail_base_thr;
-    if (g < TAIL_GROWTH_MIN) g = TAIL_GROWTH_MIN;
-    if (g > TAIL_GROWTH_MAX) g = TAIL_GROWTH_MAX;
-    b->tail_growth = g;
-  }
-  b->tail_base_thr = thr;
-  b->tail_base_count = count;
-}
-
-/* Whether the accumulate's list is a complete tail list (every entry at or
- * above its threshold, no more than its room). */
-static int tail_complete(const pgs_bucket_t *b, const pgs_first_guess_t *first,
-                         const int32_t *idx) {
-  return first != NULL && first->tail && idx != NULL &&
-         first->count <= pgs_tail_room(b) && first->thr > 0.0f;
-}
-
-int64_t pgs_tail_room(const pgs_bucket_t *b) {
-  return 4 * b->k;
-}
-
-/* One try of pgs_banded_select at @p thr: counted (or, at the first try
- * after a landed guess, selected) on the bucket, on the tail list where
- * thr lies at or above it, or taken from the caller's pass. *list is
- * cleared where a selection overwrote the list. */
-static int banded_try(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
-                      const pgs_first_guess_t *first, int i, float thr,
-                      int *list, int *selecting, int64_t *gt, int64_t *eq) {
-  *selecting = 0;
-  if (i == 0 && first != NULL && !first->tail) {
-    *eq = 0; /* selected by the caller's pass, ties with the rest */
-    *gt = first->count;
-    *selecting = idx != NULL;
-    return PGS_OK;
-  }
-  if (*list && thr >= first->thr)
-    return count_on_list(b, val, first->count, thr, gt, eq);
-  if (i == 0 && idx != NULL && b->est_landed) {
-    *eq = 0;
-    *selecting = 1;
-    *list = 0;
-    return select_at(b, x, thr, idx, val, gt);
-  }
-  return count_at(b, x, thr, gt, eq);
-}
-
 int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
                       const pgs_first_guess_t *first, float *thr_out,
                       int64_t *gt, int64_t *eq, int64_t *m) {
   const int exact = goes_exact(b);
-  const int guessed = first != NULL && !first->tail;
-  int list = tail_complete(b, first, idx);
   float thr = 0.0f;
   *m = -1;
   int st = PGS_OK;
-  if (guessed)
+  if (first != NULL)
     thr = first->thr;
   else if (!exact)
     st = pgs_estimate_threshold(b, x, &thr);
   if (st != PGS_OK) return st;
   const int64_t lo = (b->k + 1) / 2, hi = 2 * b->k;
-  const int tries = exact && !guessed ? 0 : EST_CORRECTIONS;
+  const int tries = exact && first == NULL ? 0 : EST_CORRECTIONS;
   float prev_thr = 0.0f;
   int64_t prev_count = -1;
   for (int i = 0; i < tries; ++i) {
-    const int on_list = list && thr >= first->thr;
-    int selecting = 0;
-    st = banded_try(b, x, idx, val, first, i, thr, &list, &selecting, gt, eq);
+    const int selecting =
+        i == 0 && idx != NULL && (b->est_landed || first != NULL);
+    if (i == 0 && first != NULL) {
+      *eq = 0; /* selected by the caller's pass, ties with the rest */
+      *gt = first->count;
+    } else if (selecting) {
+      *eq = 0;
+      st = select_at(b, x, thr, idx, val, gt);
+    } else {
+      st = count_at(b, x, thr, gt, eq);
+    }
     if (st != PGS_OK) return st;
     const int64_t count = *gt + *eq;
     const int landed = count >= lo && count <= hi && thr > 0.0f;
@@ -380,13 +278,6 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
     if (landed) {
       *thr_out = b->est_last_thr = thr;
       b->stats.estimate_corrections = i;
-      tail_update(b, first, thr, count);
-      if (on_list) {
-        *gt = count;
-        *eq = 0;
-        *m = count;
-        return select_on_list(b, idx, val, first->count, thr, count);
-      }
       if (selecting) *m = count;
       return PGS_OK;
     }
@@ -401,9 +292,7 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
   if (st != PGS_OK) return st;
   b->stats.local_recomputed = 1;
   *thr_out = b->est_last_thr = thr;
-  st = count_at(b, x, thr, gt, eq);
-  if (st == PGS_OK) tail_update(b, first, thr, *gt + *eq);
-  return st;
+  return count_at(b, x, thr, gt, eq);
 }
 
 int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr_out,

@@ -15,13 +15,11 @@ static int64_t tie_quota(pgs_bucket_t *b, int64_t gt, int64_t eq) {
   return quota;
 }
 
-/* Room for 2k pairs: the selection's block; and for a guess's values or a
- * tail list's (pgs_tail_room, whose indices fit in the block). */
+/* Room for 2k pairs: the selection's block and a guess's values. */
 static int reserve_room(pgs_bucket_t *b) {
   const size_t room = (size_t)(2 * b->k);
   int st = pgs_buf_reserve(b->ops, &b->pairs, room * 8);
-  if (st == PGS_OK)
-    st = pgs_buf_reserve(b->ops, &b->guess_val, (size_t)pgs_tail_room(b) * 4);
+  if (st == PGS_OK) st = pgs_buf_reserve(b->ops, &b->guess_val, room * 4);
   return st;
 }
 
@@ -50,28 +48,20 @@ static int gaussiank_select(pgs_bucket_t *b, const pgs_first_guess_t *first,
 
 /* The accumulate, and where the first guess precedes it, the list of the
  * entries at the guess in the same pass (one pass over the bucket where
- * the guess lands: the add and the selection); for a statistics
- * estimator, the list of the tail where its guess is expected (its
- * statistics taken by the same pass), so that the guess is counted and
- * selected on the list. */
+ * the guess lands: the add and the selection). */
 static int accumulate_guess(pgs_bucket_t *b, const float *grad,
                             pgs_first_guess_t *first, int *have_first) {
-  int st = PGS_OK;
-  first->tail = 0;
   *have_first = pgs_guess_precedes_add(b);
-  if (*have_first)
-    st = pgs_guess_before_add(b, grad, &first->thr);
-  else if (pgs_tail_threshold(b, &first->thr))
-    *have_first = first->tail = 1;
-  if (st != PGS_OK) return st;
   if (!*have_first) return pgs_accumulate(b, grad);
-  const int64_t room = first->tail ? pgs_tail_room(b) : 2 * b->k;
+  int st = pgs_guess_before_add(b, grad, &first->thr);
+  if (st != PGS_OK) return st;
   return pgs_accumulate_select(b, grad, first->thr, pgs_block_idx(b->pairs.ptr),
-                               b->guess_val.ptr, (size_t)room, &first->count);
+                               b->guess_val.ptr, (size_t)(2 * b->k),
+                               &first->count);
 }
 
 static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
-  pgs_first_guess_t first = {0.0f, 0, 0};
+  pgs_first_guess_t first = {0.0f, 0};
   int have_first = 0;
   int st = reserve_room(b);
   if (st == PGS_OK) st = accumulate_guess(b, grad, &first, &have_first);

@@ -181,19 +181,15 @@ int pgs_cpu_abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
   return PGS_OK;
 }
 
-/* accumulate_stats on the host: the fused add (and list), then the two
- * statistics passes, each as vectorised as it is alone (not fused here, so
- * the host table stays the plain reference the CUDA table's one pass is
- * tested against). */
+/* accumulate_stats on the host: the add, then the two statistics passes,
+ * each as vectorised as it is alone (not fused here, so the host table
+ * stays the plain reference the CUDA table's one pass is tested against). */
 int pgs_cpu_accumulate_stats(const pgs_ops_t *ops, float *r, const float *g,
-                             size_t n, float thr, int32_t *idx, float *val,
-                             size_t cap, int64_t *count_host,
-                             int64_t *nonfinite_host, double out[7]) {
+                             size_t n, int64_t *nonfinite_host, double out[7]) {
   if (out == NULL || nonfinite_host == NULL) return PGS_ERR_INVALID;
   int64_t none = 0;
-  int st = pgs_cpu_accumulate_select(ops, r, g, n, thr, idx, val, cap,
-                                     count_host != NULL ? count_host : &none,
-                                     nonfinite_host);
+  int st = pgs_cpu_accumulate_select(ops, r, g, n, INFINITY, NULL, NULL, 0,
+                                     &none, nonfinite_host);
   if (st == PGS_OK) st = pgs_cpu_abs_stats(ops, r, n, 0.0f, out);
   if (st == PGS_OK) st = pgs_cpu_mean_std(ops, r, n, &out[5], &out[6]);
   return st;

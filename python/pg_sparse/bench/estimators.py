@@ -11,9 +11,7 @@ the phase queued without waiting for it is counted in a later phase, and the
 input's refill before each call is waited for before the call starts), the
 whole call with a device synchronisation (the input's copy, the call at world
 size 1, its gather and apply: the comparable figure on CUDA), the achieved
-density against the target, how many corrections the guess needed and how
-many calls counted and selected it on the tail list that the add wrote (the
-statistics estimators on the CPU, from the second call on); beside
+density against the target and how many corrections the guess needed; beside
 them ``torch.topk(x.abs(), k)`` on the same data.
 
 The select phase includes the add (r += g): where the first guess precedes
@@ -72,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
         rows.append({"n": n, "method": "torch.topk(|x|, k)", "select_ms": topk.median * 1e3,
                      "min_ms": topk.spread[0] * 1e3, "max_ms": topk.spread[1] * 1e3,
                      "call_ms": topk.median * 1e3, "achieved": 1.0, "corrections": "-",
-                     "listed": "-", "add_ms": 0.0, "read_ms": read_ms})
+                     "add_ms": 0.0, "read_ms": read_ms})
         for est in pg_sparse.estimators():
             rows.append({**_one(pg_sparse, g, n, k, est, args, sync),
                          "add_ms": add_ms, "read_ms": read_ms})
@@ -82,11 +80,10 @@ def main(args: argparse.Namespace) -> int:
           "spread": f"{r['min_ms']:.2f}-{r['max_ms']:.2f}", "call_ms": f"{r['call_ms']:.2f}",
           "achieved": f"{r['achieved']:.3f}", **_beyond_add(r)} for r in rows],
         ["n", "method", "select_ms", "spread", "beyond_ms", "beyond_reads", "call_ms",
-         "achieved", "corrections", "listed"],
+         "achieved", "corrections"],
         ["n", "method", "select ms (median)", "min-max", "beyond the add, ms",
          "beyond the add, reads of x", "whole call ms (median, synced)",
-         "achieved / target density", "guess corrections per call",
-         "calls selected from the add's tail list"])
+         "achieved / target density", "guess corrections per call"])
     out = out_dir(args.out)
     write_json(out / "estimators.json", ctx, rows, density=args.density)
     write_markdown(out / "estimators.md", "Threshold estimators: GaussianK's selection", ctx,
@@ -123,7 +120,7 @@ def _one(pg_sparse: Any, g: Any, n: int, k: int, est: str, args: argparse.Namesp
                                   estimator=est)
     bucket = state.native_bucket(0, g)
     y = g.clone()
-    picks, selects, corrections, listed = [], [], [], []
+    picks, selects, corrections = [], [], []
 
     def call() -> None:
         y.copy_(g)
@@ -137,7 +134,6 @@ def _one(pg_sparse: Any, g: Any, n: int, k: int, est: str, args: argparse.Namesp
         picks.append(s["local_selected"] / k)
         selects.append(s["time_select_s"])
         corrections.append(s["estimate_corrections"])
-        listed.append(s["candidates"])
 
     whole = time_calls(call, args.repeats, sync=sync)
     timed = selects[1:]  # the first call was time_calls' warm-up
@@ -145,8 +141,7 @@ def _one(pg_sparse: Any, g: Any, n: int, k: int, est: str, args: argparse.Namesp
             "select_ms": statistics.median(timed) * 1e3, "min_ms": min(timed) * 1e3,
             "max_ms": max(timed) * 1e3, "call_ms": whole.median * 1e3,
             "achieved": statistics.median(picks[1:]),
-            "corrections": ",".join(str(c) for c in corrections[1:]),
-            "listed": f"{sum(listed[1:])}/{len(listed) - 1}"}
+            "corrections": ",".join(str(c) for c in corrections[1:])}
 
 
 def _line(r: dict[str, Any]) -> str:
@@ -155,4 +150,4 @@ def _line(r: dict[str, Any]) -> str:
             f"[{r['min_ms']:.2f}-{r['max_ms']:.2f}]  beyond add {b['beyond_ms']} ms "
             f"({b['beyond_reads']} reads)  call {r['call_ms']:8.2f} ms  "
             f"achieved {r['achieved']:.3f}  "
-            f"corrections {r['corrections']}  from a list {r['listed']}")
+            f"corrections {r['corrections']}")
