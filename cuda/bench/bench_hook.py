@@ -199,11 +199,14 @@ def main() -> int:
             ap.error(f"unknown methods {sorted(unknown)}; choose from {methods}")
         methods = [m for m in methods if m in args.methods or m == "nccl"]
     times: dict[str, list[float]] = {m: [] for m in methods}
+    rounds: dict[str, list[float]] = {m: [] for m in methods}  # a median each
     steps = {m: stepper(wrap(m, dev, nccl, args.density, args.bucket_cap_mb), x)
              for m in methods}
     for _ in range(args.repeats):
         for m in methods:
-            times[m] += time_steps(steps[m], args.warmup, args.steps)
+            t = time_steps(steps[m], args.warmup, args.steps)
+            times[m] += t
+            rounds[m].append(statistics.median(t) * 1e3)
     med = {m: statistics.median(t) * 1e3 for m, t in times.items()}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
@@ -217,8 +220,12 @@ def main() -> int:
     rows = []
     for m in methods:
         t = sorted(times[m])
+        # Each round's median against NCCL's in the same round: paired, so
+        # the drift between rounds cancels.
+        paired = [a - b for a, b in zip(rounds[m], rounds["nccl"])]
         rows.append({"method": m, "median_ms": med[m], "min_ms": t[0] * 1e3,
                      "max_ms": t[-1] * 1e3, "vs_nccl_ms": med[m] - med["nccl"],
+                     "round_medians_ms": rounds[m], "paired_vs_nccl_ms": paired,
                      **({f"prof_{k}": v for k, v in prof[m].items()} if m in prof else {})})
     doc = {"card": card, "torch": torch.__version__, "world_size": dist.get_world_size(),
            "density": args.density, "bucket_cap_mb": args.bucket_cap_mb,
@@ -244,6 +251,12 @@ def main() -> int:
                   + " / ".join(f"{r.get(f'prof_{k}_ms', float('nan')):.2f}"
                                for k in ("launches", "memcpy", "syncs", "hostfn"))
                   + " |")
+        print("\nAdded to NCCL DDP's step, round by round (each round's median "
+              "minus NCCL's in the same round), ms: median [min-max]")
+        for r in rows:
+            p = sorted(r["paired_vs_nccl_ms"])
+            print(f"  {r['method']:>14}: {statistics.median(p):+.3f} "
+                  f"[{p[0]:+.3f} .. {p[-1]:+.3f}] over {len(p)} rounds")
     dist.destroy_process_group()
     return 0
 

@@ -145,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::submit(const at::Tensor& t,
   int64_t n = numel_;
   return backend_->enqueue(
       c10d::OpType::ALLREDUCE, "pg_sparse:sparse_allreduce", {t},
-      [state, t, algo, n, side,
+      [state, t, algo, n, side, complete_on_worker,
        skip = state->config.check_finite == PGS_FINITE_EXACT] {
         std::lock_guard<std::mutex> lock(state->mutex);
 #ifdef PGS_SHIM_CUDA
@@ -156,7 +156,14 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::submit(const at::Tensor& t,
         // their values travel in the config's wire type.
         at::Tensor work = t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
         float* p = work.data_ptr<float>();
-        int st = pgs_bucket_allreduce(state->bucket, p, p);
+        // DDP's reducer only queues work after the bucket on the stream:
+        // its call leaves the device's checks to the next call's start
+        // (pgs_bucket_allreduce_deferred), so its future completes as soon
+        // as the kernels are queued. (A half bucket's copy back below is
+        // queued on the same stream.)
+        int st = complete_on_worker
+                     ? pgs_bucket_allreduce_deferred(state->bucket, p, p)
+                     : pgs_bucket_allreduce(state->bucket, p, p);
         pgs_bucket_stats(state->bucket, &state->last);
         if (st == PGS_ERR_NONFINITE && skip) {
           // Every rank sees the flag alike: all skip this step together.
@@ -165,7 +172,13 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::submit(const at::Tensor& t,
         }
         if (st != PGS_OK)
           check(st, "sparse allreduce (" + algo + ")",
-                describe_failure(st, n, algo));
+                describe_failure(st, n, algo) +
+                    (complete_on_worker &&
+                             (st == PGS_ERR_INDEX || st == PGS_ERR_INVALID)
+                         ? "DDP's calls report the device's checks at the "
+                           "start of the next call, so this may be an earlier "
+                           "call's"
+                         : ""));
         if (!work.is_same(t)) t.copy_(work);
       },
       c10d::kUnsetTimeout, route.dev, complete_on_worker);

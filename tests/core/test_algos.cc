@@ -509,6 +509,28 @@ TEST_P(AlgoTest, SameInputsGiveSameBits) {
   });
 }
 
+// A deferred call (DDP's reducer) on the host ops: every check is made at
+// once there, so it returns what pgs_bucket_allreduce returns, bit for bit.
+TEST_P(AlgoTest, DeferredCallEqualsPlainCall) {
+  on_every_rank([&] {
+    const size_t n = 3001;
+    Runner ref(transport(), make_config(algo(), 0.03, 1, 4, 2), n);
+    Runner def(transport(), make_config(algo(), 0.03, 1, 4, 2), n);
+    ASSERT_TRUE(all_ranks(ref.ok() && def.ok()));
+    std::vector<float> out(n), resid(n);
+    for (int64_t step = 0; step < 8; ++step) {
+      auto g = normal_data(n, 98, world_rank(), step);
+      ASSERT_TRUE(ref.step_all(g));
+      const int st =
+          pgs_bucket_allreduce_deferred(def.bucket(), g.data(), out.data());
+      ASSERT_TRUE(all_ranks(st == PGS_OK)) << pgs_status_name(st);
+      ASSERT_EQ(pgs_bucket_get_residual(def.bucket(), resid.data()), PGS_OK);
+      EXPECT_EQ(std::memcmp(out.data(), ref.out.data(), n * 4), 0) << step;
+      EXPECT_EQ(std::memcmp(resid.data(), ref.resid.data(), n * 4), 0) << step;
+    }
+  });
+}
+
 // Buckets of different sizes across ranks are rejected on every rank.
 TEST_P(AlgoTest, MismatchedSizesFailEverywhere) {
   on_every_rank([&] {

@@ -226,6 +226,73 @@ TEST_P(CudaAlgo, NonfiniteInputFailsOnBoth) {
   EXPECT_TRUE(same(dev.residual(), host.residual()));
 }
 
+// DDP's reducer's call on the device: the same outputs, residuals and
+// statistics as the plain call; the wait for its device checks moves to
+// the start of the next call, so over the calls it waits no more often.
+TEST_P(CudaAlgo, DeferredCallsMatchPlainCalls) {
+  const size_t n = 65537;
+  pgs_config_t cfg = PGS_CONFIG_INIT;
+  cfg.algo = GetParam();
+  cfg.warmup_steps = 1;
+  cfg.tau = 4;
+  cfg.tau_prime = 2;
+  Bucket plain(gpu(), cfg, n), deferred(gpu(), cfg, n);
+  ASSERT_TRUE(plain.ok() && deferred.ok());
+  int64_t syncs_plain = 0, syncs_deferred = 0;
+  for (int64_t step = 0; step < 8; ++step) {
+    const std::vector<float> g = grad_for(n, step, 31);
+    Dev<float> ga(g), gb(g), oa(n), ob(n);
+    ASSERT_EQ(pgs_bucket_allreduce(plain.get(), ga.get(), oa.get()), PGS_OK);
+    syncs_plain += plain.stats().host_syncs;
+    ASSERT_EQ(pgs_bucket_allreduce_deferred(deferred.get(), gb.get(), ob.get()),
+              PGS_OK);
+    syncs_deferred += deferred.stats().host_syncs;
+    EXPECT_TRUE(same(ob.host(), oa.host())) << step;
+    EXPECT_TRUE(same(deferred.residual(), plain.residual())) << step;
+    EXPECT_EQ(deferred.stats().local_selected, plain.stats().local_selected);
+    EXPECT_EQ(deferred.stats().global_threshold,
+              plain.stats().global_threshold);
+  }
+  // The reads above (outputs, residuals) read the checks too; what the
+  // calls themselves waited never exceeds the plain calls' waits.
+  EXPECT_LE(syncs_deferred, syncs_plain);
+  EXPECT_EQ(gpu()->check(gpu()), PGS_OK);
+}
+
+// A check left unread on the device (here a planned compaction whose count
+// was wrong) fails the next deferred call before it touches its bucket:
+// residual and step as they were; the call after it runs normally.
+TEST_P(CudaAlgo, DeferredCallFailsOnAnUnreadCheck) {
+  const size_t n = 5000;
+  pgs_config_t cfg = PGS_CONFIG_INIT;
+  cfg.algo = GetParam();
+  cfg.warmup_steps = 0;
+  Bucket dev(gpu(), cfg, n);
+  ASSERT_TRUE(dev.ok());
+  const std::vector<float> g = normal(n, 17);
+  Dev<float> gd(g), out(n);
+  ASSERT_EQ(pgs_bucket_allreduce_deferred(dev.get(), gd.get(), out.get()),
+            PGS_OK);
+  const std::vector<float> resid = dev.residual();  // reads any check too
+  const int64_t step = dev.stats().step;
+  const pgs_ops_t *ops = gpu();
+  Dev<float> x(normal(1000, 18)), val(10);
+  Dev<int32_t> idx(10);
+  // About 600 entries lie above 0.5; the planned count says 10.
+  ASSERT_EQ(ops->compact(ops, x.get(), 1000, 0.5f, -1, 0, idx.get(), val.get(),
+                         10, nullptr),
+            PGS_OK);
+  EXPECT_EQ(pgs_bucket_allreduce_deferred(dev.get(), gd.get(), out.get()),
+            PGS_ERR_INVALID);
+  EXPECT_TRUE(same(dev.residual(), resid));
+  // The next call is the failed one's step again: the failure left the
+  // step count alone.
+  EXPECT_EQ(pgs_bucket_allreduce_deferred(dev.get(), gd.get(), out.get()),
+            PGS_OK);
+  EXPECT_EQ(dev.stats().step, step + 1);
+  EXPECT_EQ(ops->check(ops), PGS_OK);
+}
+
 // Host waits of a steady call at one rank (threshold reused, no
 // repartition; the exact top-k algorithms from their candidate list): the
 // step path's budget.

@@ -197,6 +197,21 @@ void pgs_bucket_destroy(pgs_bucket_t *bucket);
  *  (a transport failure) the residual is unspecified. */
 int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
 
+/** pgs_bucket_allreduce for a caller that only queues work after @p out on
+ *  the device's stream (DDP's reducer): the checks the call leaves to the
+ *  device (a planned count, the indices of received messages) are not
+ *  waited for at its end, so it returns once its last kernels are queued.
+ *  The next deferred call of any bucket on the same ops reads them before
+ *  it starts and, if one failed, returns its error (PGS_ERR_INDEX: a
+ *  malformed message; PGS_ERR_INVALID: a broken contract) untouched, its
+ *  residual and step as they were; any other wait of the ops reads them as
+ *  well. The host waits of a steady call stay the same in number: the
+ *  wait moves from the end of one call to the start of the next, where the
+ *  device is usually done. Host buckets (whose checks are made at once)
+ *  behave exactly as pgs_bucket_allreduce. */
+int pgs_bucket_allreduce_deferred(pgs_bucket_t *bucket, const float *grad,
+                                  float *out);
+
 /** Change the density (k = max(1, round(density * n))) from the next call on,
  *  e.g. a density warm-up schedule. Every rank must set the same value before
  *  the same call: the next call compares k across ranks (PGS_ERR_MISMATCH).

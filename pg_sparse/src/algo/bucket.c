@@ -457,16 +457,22 @@ int pgs_dense_step(pgs_bucket_t *b, const float *grad, float *out) {
   return st;
 }
 
-int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
+/* One call; with @p defer, the checks it leaves to the device are not
+ * waited for at its end (see pgs_bucket_allreduce_deferred). */
+static int bucket_call(pgs_bucket_t *b, const float *grad, float *out,
+                       int defer) {
   if (b == NULL || grad == NULL || out == NULL) return PGS_ERR_INVALID;
   reset_stats(b);
   pgs_phase_enter(b, PGS_PHASE_SELECT);
+  /* An earlier deferred call's checks first: a failure stops this call
+   * before it touches anything (a wait only while they are unread). */
+  int st = defer ? b->ops->check(b->ops) : PGS_OK;
   const int dense = b->step < b->cfg.warmup_steps || b->force_dense ||
                     b->algo == &pgs_algo_dense;
   b->call_bad = 0;
   b->call_grad = grad;
   b->add_stats_ok = 0;
-  int st = b->checked ? PGS_OK : check_settings(b);
+  if (st == PGS_OK) st = b->checked ? PGS_OK : check_settings(b);
   if (st == PGS_OK) {
     b->checked = 1;
     if (dense) {
@@ -479,10 +485,21 @@ int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
   /* Checks the call left to the device (planned counts, indices): a wait
    * only when no read-back of the call came after the last of them. Read
    * after a failure too, so none is left to fail the next call. */
-  const int checked = b->ops->check(b->ops);
-  if (st == PGS_OK) st = checked;
+  if (!defer || st != PGS_OK) {
+    const int checked = b->ops->check(b->ops);
+    if (st == PGS_OK) st = checked;
+  }
   pgs_phase_enter(b, PGS_PHASE_COUNT);
   b->stats.host_syncs = (int64_t)(b->ops->host_syncs(b->ops) - b->syncs0);
   if (st == PGS_OK) b->step++;
   return st;
+}
+
+int pgs_bucket_allreduce(pgs_bucket_t *b, const float *grad, float *out) {
+  return bucket_call(b, grad, out, 0);
+}
+
+int pgs_bucket_allreduce_deferred(pgs_bucket_t *b, const float *grad,
+                                  float *out) {
+  return bucket_call(b, grad, out, 1);
 }
