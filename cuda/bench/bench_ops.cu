@@ -1,7 +1,7 @@
 // Benchmark of the CUDA ops table (a program, not a test).
 //
 //  (a) the fused accumulate r += g with the count of |r| >= thr, at
-//      n = 8M, 32M, 128M, as a fraction of the memory-bandwidth floor
+//      n = 4M, 8M, 16M, 32M, 128M, as a fraction of the memory-bandwidth floor
 //      (12 n bytes: read g, read r, write r) at two bandwidths: the measured
 //      device-to-device cudaMemcpy of the same byte count (the practical
 //      peak) and the theoretical peak from the device properties; and
@@ -21,10 +21,13 @@
 //      the input (4n bytes at the device-to-device copy's bandwidth);
 //  (d) merge_pairs of two sorted lists (Ok-Topk's reduction, gTop-k's
 //      tree) at the list sizes of a 27.5M bucket at density 0.01.
+//  (e) the compaction at a threshold (|x| >= thr, every tie, room for 2k,
+//      the full count) by the table's one-pass kernel and by CUB's
+//      DeviceSelect::If, at n = 25M and 100M, in reads of x.
 //
 // Each figure is the median of many runs after warm-up, timed with CUDA
 // events on the table's stream. Usage: pgs_cuda_bench [runs [sections]],
-// sections a subset of "abcd" (default all).
+// sections a subset of "abcde" (default all).
 #include <cuda_runtime.h>
 #include <pg_sparse/ops_cuda.h>
 
@@ -34,6 +37,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
 #include <random>
 #include <vector>
 
@@ -298,12 +305,123 @@ void merge_costs(pgs_ops_t *ops, cudaStream_t s, int runs) {
   }
 }
 
+// (e) CUB's selection: |x| >= thr over (index, value) pairs, written only
+// below the room (an estimator's first guess may overflow its 2k).
+struct AtLeast {
+  float thr;
+  __device__ bool operator()(const thrust::tuple<int, float> &t) const {
+    return fabsf(thrust::get<1>(t)) >= thr;
+  }
+};
+struct AbsAtLeast {
+  float thr;
+  __device__ bool operator()(float v) const { return fabsf(v) >= thr; }
+};
+struct CappedPairs {
+  int32_t *idx;
+  float *val;
+  long long cap;
+  __device__ void operator()(long long i,
+                             const thrust::tuple<int, float> &t) const {
+    if (i < cap) {
+      idx[i] = thrust::get<0>(t);
+      val[i] = thrust::get<1>(t);
+    }
+  }
+};
+
+void cub_select_at(pgs_ops_t *ops, cudaStream_t s, int runs, size_t n) {
+  const size_t k = n / 100;
+  float *x = nullptr, *val = nullptr, *copy_dst = nullptr;
+  int32_t *idx = nullptr;
+  long long *d_count = nullptr, *h_count = nullptr;
+  CHECK_CUDA(cudaMalloc(&x, n * 4));
+  CHECK_CUDA(cudaMalloc(&copy_dst, n * 4));
+  CHECK_CUDA(cudaMalloc(&idx, 2 * k * 4));
+  CHECK_CUDA(cudaMalloc(&val, n * 4));  // the values-only variant: uncapped
+  CHECK_CUDA(cudaMalloc(&d_count, 8));
+  CHECK_CUDA(cudaMallocHost(&h_count, 8));
+  fill(x, n, 4, s);
+  const double t_read = median_ms(s, 3, runs, [&] {
+    CHECK_CUDA(
+        cudaMemcpyAsync(copy_dst, x, n * 2, cudaMemcpyDeviceToDevice, s));
+  });
+  float thr = 0;
+  int64_t n_gt = 0, got = 0;
+  CHECK_PGS(ops->kth_abs(ops, x, n, k, &thr, &n_gt));
+  auto in = thrust::make_zip_iterator(thrust::counting_iterator<int>(0), x);
+  auto out = thrust::make_tabulate_output_iterator(
+      CappedPairs{idx, val, static_cast<long long>(2 * k)});
+  size_t bytes = 0, bytes2 = 0;
+  CHECK_CUDA(cub::DeviceSelect::If(nullptr, bytes, in, out, d_count,
+                                   static_cast<long long>(n), AtLeast{thr}, s));
+  CHECK_CUDA(cub::DeviceSelect::If(nullptr, bytes2, x, val, d_count,
+                                   static_cast<long long>(n), AbsAtLeast{thr},
+                                   s));
+  void *temp = nullptr;
+  CHECK_CUDA(cudaMalloc(&temp, std::max(bytes, bytes2)));
+  auto pairs = [&] {
+    CHECK_CUDA(cub::DeviceSelect::If(temp, bytes, in, out, d_count,
+                                     static_cast<long long>(n), AtLeast{thr},
+                                     s));
+  };
+  auto read_back = [&] {
+    CHECK_CUDA(cudaMemcpyAsync(h_count, d_count, 8, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+  };
+  struct Row {
+    const char *what;
+    double ms;
+  } rows[] = {
+      {"table compact, count read back",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_PGS(ops->compact(ops, x, n, thr, -1, 0, idx, val,
+                                          2 * k, &got));
+                 })},
+      {"CUB If pairs, count read back", median_ms(s, 3, runs,
+                                                  [&] {
+                                                    pairs();
+                                                    read_back();
+                                                  })},
+      {"CUB If pairs, no read-back", median_ms(s, 3, runs, pairs)},
+      {"CUB If values only (uncapped)",
+       median_ms(s, 3, runs,
+                 [&] {
+                   CHECK_CUDA(cub::DeviceSelect::If(
+                       temp, bytes2, x, val, d_count, static_cast<long long>(n),
+                       AbsAtLeast{thr}, s));
+                 })},
+  };
+  pairs();
+  read_back();
+  CHECK_PGS(ops->compact(ops, x, n, thr, -1, 0, idx, val, 2 * k, &got));
+  std::printf("n = %zu: one read %.1f us; table count %lld, CUB count %lld%s\n",
+              n, t_read * 1e3, static_cast<long long>(got), *h_count,
+              got == *h_count ? "" : "  MISMATCH");
+  for (const Row &r : rows)
+    std::printf("  %-34s %8.1f us  %5.2f reads\n", r.what, r.ms * 1e3,
+                r.ms / t_read);
+  for (void *p : {static_cast<void *>(x), static_cast<void *>(copy_dst),
+                  static_cast<void *>(idx), static_cast<void *>(val),
+                  static_cast<void *>(d_count), temp})
+    CHECK_CUDA(cudaFree(p));
+  CHECK_CUDA(cudaFreeHost(h_count));
+}
+
+void cub_select(pgs_ops_t *ops, cudaStream_t s, int runs) {
+  std::printf(
+      "\n(e) compaction at the k-th |x| (density 0.01): table vs CUB\n");
+  for (size_t n : {size_t{25} << 20, size_t{100} << 20})
+    cub_select_at(ops, s, runs, n);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   const int runs = argc > 1 ? std::atoi(argv[1]) : 50;
   // Sections to run (a profiler run takes one): default all.
-  const char *sections = argc > 2 ? argv[2] : "abcd";
+  const char *sections = argc > 2 ? argv[2] : "abcde";
   auto want = [sections](char c) {
     return std::strchr(sections, c) != nullptr;
   };
@@ -345,7 +463,8 @@ int main(int argc, char **argv) {
     std::printf("%10s %11s %11s %11s %11s %9s %9s %9s %9s\n", "n", "copy GB/s",
                 "acc+cnt us", "acc us", "acc x20 us", "%copy", "%peak",
                 "%copy(nc)", "%peak(nc)");
-    for (size_t n : {size_t{8} << 20, size_t{32} << 20, size_t{128} << 20}) {
+    for (size_t n : {size_t{4} << 20, size_t{8} << 20, size_t{16} << 20,
+                     size_t{32} << 20, size_t{128} << 20}) {
       float *r = nullptr, *g = nullptr;
       CHECK_CUDA(cudaMalloc(&r, n * 4));
       CHECK_CUDA(cudaMalloc(&g, n * 4));
@@ -468,6 +587,7 @@ int main(int argc, char **argv) {
   }
   if (want('c')) estimator_costs(ops, s, runs);
   if (want('d')) merge_costs(ops, s, runs);
+  if (want('e')) cub_select(ops, s, runs);
   pgs_ops_cuda_destroy(ops);
   CHECK_CUDA(cudaStreamDestroy(s));
   return 0;
