@@ -346,10 +346,10 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kListItems = 16;
 
 // One level's histogram of the list's bits under @p prefix (the top
-// 8 * level bits fixed), this block's slice [b0, b1) added into @p hist.
-__device__ void list_level_hist(const float *__restrict__ val,
-                                unsigned long long b0, unsigned long long b1,
-                                int level, uint32_t prefix, unsigned *sh,
+// 8 * level bits fixed), this block's slice val[b0, b1) added into @p hist.
+__device__ void list_level_hist(const float *val, unsigned long long b0,
+                                unsigned long long b1, int level,
+                                uint32_t prefix, unsigned *sh,
                                 unsigned long long *hist) {
   for (int i = threadIdx.x; i < kHistCopies * kHistStride; i += blockDim.x)
     sh[i] = 0;
@@ -445,13 +445,33 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned long long per = (mt + gridDim.x - 1) / gridDim.x;
   const unsigned long long b0 = per * blockIdx.x < mt ? per * blockIdx.x : mt;
   const unsigned long long b1 = b0 + per < mt ? b0 + per : mt;
+  // The slice in shared memory for the four levels, where it fits (the
+  // grid sized for the cap, not capped by the blocks resident): each level
+  // reading it from L2 waited for every load in turn, about 5 us a level
+  // (Nsight Compute at 4.2M: 21.5 us, 41 blocks, DRAM 0.35%).
+  __shared__ float cache[kThreads * kListItems];
+  const bool cached = b1 - b0 <= static_cast<unsigned long long>(kThreads) *
+                                     kListItems;  // block-uniform
+  const float *slice = val;
+  unsigned long long s0 = b0, s1 = b1;
+  if (cached) {
+#pragma unroll
+    for (int j = 0; j < kListItems; ++j) {
+      const unsigned long long i = b0 + threadIdx.x + j * kThreads;
+      if (i < b1) cache[threadIdx.x + j * kThreads] = val[i];
+    }
+    __syncthreads();
+    slice = cache;
+    s0 = 0;
+    s1 = b1 - b0;
+  }
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
   uint32_t prefix = 0;
   unsigned long long rank = k, above = 0;
   float thr = 0.0f;
   bool done = false;
   for (int level = 0; level < PGS_HIST_LEVELS && !done; ++level) {
-    list_level_hist(val, b0, b1, level, prefix, sh, st->hist[level]);
+    list_level_hist(slice, s0, s1, level, prefix, sh, st->hist[level]);
     grid.sync();
     // Every block picks the level's bin from the grid's histogram itself,
     // so no block waits for another to publish it.
