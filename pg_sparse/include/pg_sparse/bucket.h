@@ -207,8 +207,9 @@ int pgs_bucket_allreduce(pgs_bucket_t *bucket, const float *grad, float *out);
  *  residual and step as they were; any other wait of the ops reads them as
  *  well. The host waits of a steady call stay the same in number: the
  *  wait moves from the end of one call to the start of the next, where the
- *  device is usually done. Host buckets (whose checks are made at once)
- *  behave exactly as pgs_bucket_allreduce. */
+ *  device is usually done. A check still unread when the program stops
+ *  using the ops is never reported. Host buckets (whose checks are made at
+ *  once) behave exactly as pgs_bucket_allreduce. */
 int pgs_bucket_allreduce_deferred(pgs_bucket_t *bucket, const float *grad,
                                   float *out);
 
