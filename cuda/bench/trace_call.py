@@ -16,6 +16,8 @@ import gzip
 import json
 from typing import Any
 
+from trace_tail import spans  # this folder: the host events of one name
+
 Event = dict[str, Any]
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -26,12 +28,6 @@ def load(path: str) -> list[Event]:
     with opener(path, "rt") as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     return sorted(events, key=lambda e: e["ts"])
-
-
-def host(events: list[Event], prefix: str) -> list[Event]:
-    """Host events whose name starts with ``prefix``."""
-    return [e for e in events if e["name"].startswith(prefix)
-            and e.get("cat") != "gpu_user_annotation"]
 
 
 def device_work(events: list[Event]) -> dict[int, Event]:
@@ -66,7 +62,7 @@ def main() -> int:
     events = load(args.trace)
     work = device_work(events)
     wt = worker_tid(events, work)
-    fwd = host(events, "DistributedDataParallel.forward")
+    fwd = spans(events, "DistributedDataParallel.forward")
     if args.step + 1 >= len(fwd):
         raise SystemExit(f"the trace holds {len(fwd)} steps")
     t0, t1 = fwd[args.step]["ts"], fwd[args.step + 1]["ts"]
