@@ -1,14 +1,17 @@
-// Index-driven kernels of the CUDA ops table: gather, zero_at, scatter_add
-// and zero_common.
+// Index-driven kernels of the CUDA ops table: gather, zero_at, scatter_add,
+// set_sorted and zero_common.
 //
 // Indices may come from peers, so each call first runs a validation kernel
-// over all of them. gather, zero_at, scatter_add_sorted and zero_common leave
-// its verdict on the device: the validation sets kErrIndex in the table's
-// check word and the write kernel, queued behind it, reads that word and
-// writes nothing when it is set; the next host wait of the call reports the
-// error (sync_stream). A bad message therefore leaves memory exactly as it
-// was without a wait of its own. scatter_add of any order reads its flags
-// back, as it must choose between the direct and the sorted add.
+// over all of them. gather, zero_at, scatter_add_sorted and zero_common
+// leave its verdict on the device: the validation sets kErrIndex in the
+// table's check word and the write kernel, queued behind it, reads that word
+// and writes nothing when it is set; the next host wait of the call reports
+// the error (sync_stream). A bad message therefore leaves memory exactly as
+// it was without a wait of its own. set_sorted, which overwrites all of x
+// anyway, checks in its own kernel: a bad list fails the call the same way
+// but may leave x partly cleared and written (never outside it). scatter_add of
+// any order reads its flags back, as it must choose between the direct and
+// the sorted add.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "ops_cuda_internal.cuh"
@@ -99,6 +102,46 @@ __global__ void __launch_bounds__(kThreads)
        j < m; j += stride) {
     const int32_t i = idx[j];
     x[i] = __fadd_rn(x[i], scaled(val[j], scale));
+  }
+}
+
+// set_sorted: each block clears kSetTile consecutive entries of x, then
+// writes the list's entries that fall among them (found by two binary
+// searches, made while the block's stores drain). The block wrote its own
+// zeros, so its barrier orders them before the values. The grid also checks
+// the list (range and order) into the check word; a bad list cannot write
+// outside x, because every write is bounded by its block's tile.
+constexpr unsigned kSetTile = 8192;
+
+__global__ void __launch_bounds__(kThreads)
+    set_sorted_kernel(float *x, size_t n, const int32_t *__restrict__ idx,
+                      const float *__restrict__ val, size_t m, float scale,
+                      unsigned *word) {
+  // An earlier check of the call failed: nothing written. One read for the
+  // block, as its other blocks may set the word meanwhile and the barriers
+  // below need every thread.
+  if (__syncthreads_or(threadIdx.x == 0 && gated(word))) return;
+  const size_t t0 = static_cast<size_t>(blockIdx.x) * kSetTile;
+  const size_t t1 = t0 + kSetTile < n ? t0 + kSetTile : n;
+  for (size_t i = t0 + threadIdx.x; i < t1; i += kThreads) x[i] = 0.0f;
+  __shared__ unsigned long long range[2];
+  if (threadIdx.x < 2)
+    range[threadIdx.x] = lower_bound_i32(
+        idx, m, static_cast<long long>(threadIdx.x == 0 ? t0 : t1));
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
+  int bad = 0;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
+       j < m; j += stride) {
+    const int32_t i = idx[j];
+    bad |= (i < 0) | (static_cast<size_t>(i) >= n) |
+           (j + 1 < m && i >= idx[j + 1]);
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(word, kErrIndex);
+  for (unsigned long long j = range[0] + threadIdx.x; j < range[1];
+       j += kThreads) {
+    const long long i = idx[j];
+    if (i >= static_cast<long long>(t0) && i < static_cast<long long>(t1))
+      x[i] = __fadd_rn(0.0f, scaled(val[j], scale));
   }
 }
 
@@ -287,6 +330,21 @@ int scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
                               kThreads, 0, c->stream>>>(x, idx, val, m, scale,
                                                         gate);
   PGS_LAUNCHED();
+  return PGS_OK;
+}
+
+int set_sorted(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
+               const float *val, size_t m, float scale) {
+  if ((idx == nullptr || val == nullptr) && m > 0) return PGS_ERR_INVALID;
+  if (x == nullptr && n > 0) return PGS_ERR_INVALID;
+  if (n == 0) return m == 0 ? PGS_OK : PGS_ERR_INDEX;
+  PGS_ENTER(ops, c);
+  auto *word = static_cast<unsigned *>(c->err_dev.ptr);
+  const size_t blocks = (n + kSetTile - 1) / kSetTile;  // n < 2^31
+  set_sorted_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, c->stream>>>(
+      x, n, idx, val, m, scale, word);
+  PGS_LAUNCHED();
+  if (m > 0) c->err_pending = true;
   return PGS_OK;
 }
 

@@ -405,6 +405,8 @@ int scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
 int zero_common(const pgs_ops_t *ops, float *x, size_t n, const int32_t *a,
                 const float *a_val, size_t na, int32_t a_offset,
                 const int32_t *b, size_t nb);
+int set_sorted(const pgs_ops_t *ops, float *x, size_t n, const int32_t *idx,
+               const float *val, size_t m, float scale);
 
 int accumulate_select(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                       float thr, int32_t *idx, float *val, size_t cap,

@@ -531,6 +531,45 @@ TEST_P(AlgoTest, DeferredCallEqualsPlainCall) {
   });
 }
 
+// The host table with its set_sorted calls counted (ctx: the count).
+int counted_set_sorted(const pgs_ops_t *o, float *x, size_t n,
+                       const int32_t *idx, const float *val, size_t m,
+                       float scale) {
+  ++*static_cast<int *>(o->ctx);
+  return pgs_ops_cpu()->set_sorted(o, x, n, idx, val, m, scale);
+}
+
+// A table's one-pass set_sorted gives the outputs and residuals of its
+// fill_zero and scatter_add_sorted (a table without it), bit for bit, and
+// every sparse algorithm lands its result through it.
+TEST_P(AlgoTest, OnePassSetSortedEqualsTwoCalls) {
+  on_every_rank([&] {
+    const size_t n = 3001;
+    int calls[2] = {0, 0};
+    pgs_ops_t ops[2] = {*pgs_ops_cpu(), *pgs_ops_cpu()};
+    for (int fused = 0; fused < 2; ++fused) {
+      ops[fused].ctx = &calls[fused];
+      ops[fused].set_sorted = fused ? counted_set_sorted : nullptr;
+    }
+    Runner two(transport(), make_config(algo(), 0.03, 1, 4, 2), n, &ops[0]);
+    Runner one(transport(), make_config(algo(), 0.03, 1, 4, 2), n, &ops[1]);
+    ASSERT_TRUE(all_ranks(two.ok() && one.ok()));
+    for (int64_t step = 0; step < 6; ++step) {
+      auto g = normal_data(n, 97, world_rank(), step);
+      ASSERT_TRUE(two.step_all(g));
+      ASSERT_TRUE(one.step_all(g));
+      EXPECT_EQ(std::memcmp(one.out.data(), two.out.data(), n * 4), 0) << step;
+      EXPECT_EQ(std::memcmp(one.resid.data(), two.resid.data(), n * 4), 0)
+          << step;
+    }
+    EXPECT_EQ(calls[0], 0);
+    // The sparse steps (after the one dense warm-up step) land through it.
+    if (algo() != PGS_ALGO_DENSE) {
+      EXPECT_GE(calls[1], 5);
+    }
+  });
+}
+
 // Buckets of different sizes across ranks are rejected on every rank.
 TEST_P(AlgoTest, MismatchedSizesFailEverywhere) {
   on_every_rank([&] {

@@ -355,6 +355,55 @@ TEST(OpsCpuIndexOps, ScatterAddSortedMatchesScatterAddAndRefusesDisorder) {
             PGS_ERR_INDEX);
 }
 
+// set_sorted: fill_zero then scatter_add_sorted in one pass, bit for bit
+// (-0 values land as +0, denormals kept); a list scatter_add_sorted refuses
+// is refused, and the host then writes nothing.
+TEST(OpsCpuIndexOps, SetSortedEqualsFillAndScatterSorted) {
+  ASSERT_NE(ops()->set_sorted, nullptr);
+  const size_t n = 5000;
+  const std::vector<float> x = normal(n, 29);
+  std::vector<int32_t> idx;
+  for (int32_t i = 0; i < static_cast<int32_t>(n); i += 3) idx.push_back(i);
+  std::vector<float> val = normal(idx.size(), 30);
+  val[0] = -0.0f;
+  val[1] = 1e-41f;  // a denormal
+  val[2] = -1e-41f;
+  for (float scale : {1.0f, 0.25f, -1.0f, 1.0f / 3.0f}) {
+    for (size_t m : {size_t{0}, size_t{1}, idx.size()}) {
+      std::vector<float> want = x, got = x;
+      ASSERT_EQ(ops()->fill_zero(ops(), want.data(), n * 4), PGS_OK);
+      ASSERT_EQ(ops()->scatter_add_sorted(ops(), want.data(), n, idx.data(),
+                                          val.data(), m, scale),
+                PGS_OK);
+      ASSERT_EQ(ops()->set_sorted(ops(), got.data(), n, idx.data(), val.data(),
+                                  m, scale),
+                PGS_OK);
+      EXPECT_TRUE(same_bits(got, want)) << "scale " << scale << " m " << m;
+    }
+  }
+  const std::vector<std::vector<int32_t>> refused = {
+      {0, 5, 5, 9}, {0, 9, 5, 20},     {0, 5, static_cast<int32_t>(n)},
+      {-1, 0, 5},   {0, 5, INT32_MAX}, {INT32_MIN, 0}};
+  for (const auto &bad : refused) {
+    std::vector<float> y = x, v(bad.size(), 1.0f);
+    EXPECT_EQ(ops()->set_sorted(ops(), y.data(), n, bad.data(), v.data(),
+                                bad.size(), 1.0f),
+              PGS_ERR_INDEX);
+    EXPECT_TRUE(same_bits(y, x));
+  }
+  EXPECT_EQ(ops()->set_sorted(ops(), nullptr, 0, nullptr, nullptr, 0, 1.0f),
+            PGS_OK);
+  int32_t zero = 0;
+  float one = 1.0f;
+  EXPECT_EQ(ops()->set_sorted(ops(), nullptr, 0, &zero, &one, 1, 1.0f),
+            PGS_ERR_INDEX);
+  EXPECT_EQ(ops()->set_sorted(ops(), nullptr, 4, nullptr, nullptr, 0, 1.0f),
+            PGS_ERR_INVALID);
+  std::vector<float> y = x;
+  EXPECT_EQ(ops()->set_sorted(ops(), y.data(), n, nullptr, &one, 1, 1.0f),
+            PGS_ERR_INVALID);
+}
+
 // ---- zero_common -----------------------------------------------------------
 
 TEST(OpsCpuZeroCommon, ZeroesIntersectionWithOffset) {

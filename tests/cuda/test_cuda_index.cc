@@ -204,6 +204,102 @@ TEST_F(CudaIndex, BadIndexLeavesMemoryUntouched) {
   EXPECT_EQ(gpu()->zero_at(gpu(), nullptr, 5, zero.get(), 1), PGS_ERR_INVALID);
 }
 
+// ---- set_sorted -----------------------------------------------------------
+
+// set_sorted against the host's, bit for bit: x cleared and the list's
+// scaled values written, at sizes around its tile (8192 entries) and with
+// -0 and denormal values; nothing past x[n) is written.
+TEST_F(CudaIndex, SetSortedMatchesCpu) {
+  std::vector<size_t> ns = sizes();
+  for (size_t n : {size_t{8191}, size_t{8192}, size_t{8193}, size_t{40965}})
+    ns.push_back(n);
+  for (size_t n : ns) {
+    std::vector<int32_t> idx =
+        sorted_subset(n / 10 + 1, static_cast<int32_t>(n), 850 + n);
+    std::vector<float> val =
+        n > 1000 ? normal(idx.size(), 851 + n) : denormals(idx.size(), 851 + n);
+    val[0] = -0.0f;
+    Dev<int32_t> didx(idx);
+    Dev<float> dval(val);
+    const std::vector<float> x = normal(n, 852 + n);
+    const std::vector<float> guard(64, 7.0f);
+    Dev<float> dx(n + guard.size());
+    for (float scale : {1.0f, 0.25f, -3.0f, 1e-20f}) {
+      for (size_t m : {size_t{0}, idx.size()}) {
+        dx.put(x);
+        dx.put(guard, n);
+        std::vector<float> want = x;
+        ASSERT_EQ(cpu()->set_sorted(cpu(), want.data(), n, idx.data(),
+                                    val.data(), m, scale),
+                  PGS_OK);
+        ASSERT_EQ(settled(gpu()->set_sorted(gpu(), dx.get(), n, didx.get(),
+                                            dval.get(), m, scale)),
+                  PGS_OK);
+        EXPECT_TRUE(same(dx.host(0, n), want))
+            << "n=" << n << " m=" << m << " scale=" << scale;
+        EXPECT_TRUE(same(dx.host(n), guard)) << "n=" << n << " m=" << m;
+      }
+    }
+  }
+}
+
+// A list the host refuses fails the call (reported by the next wait, once),
+// and nothing lands outside x (inside it, blocks that start after the
+// check failed write nothing); after an earlier failed check of the call,
+// set_sorted writes nothing at all.
+TEST_F(CudaIndex, SetSortedRefusesBadListsWithinItsBuffer) {
+  const size_t n = 20000;
+  const std::vector<float> x0 = normal(n, 860);
+  const std::vector<float> guard(64, 7.0f);
+  Dev<float> dx(n + guard.size());
+  const std::vector<std::vector<int32_t>> refused = {
+      {0, 5, 5, 9},   {0, 9, 5, 20},     {0, 5, static_cast<int32_t>(n)},
+      {-1, 0, 5},     {0, 5, INT32_MAX}, {INT32_MIN, 0},
+      {9000, 100, 50}};
+  for (const auto &bad : refused) {
+    dx.put(x0);
+    dx.put(guard, n);
+    Dev<int32_t> di(bad);
+    Dev<float> dv(std::vector<float>(bad.size(), 1.0f));
+    std::vector<float> y = x0;
+    EXPECT_EQ(cpu()->set_sorted(cpu(), y.data(), n, bad.data(),
+                                std::vector<float>(bad.size(), 1.0f).data(),
+                                bad.size(), 1.0f),
+              PGS_ERR_INDEX);
+    EXPECT_EQ(settled(gpu()->set_sorted(gpu(), dx.get(), n, di.get(), dv.get(),
+                                        bad.size(), 1.0f)),
+              PGS_ERR_INDEX);
+    EXPECT_EQ(gpu()->check(gpu()), PGS_OK);  // read once
+    EXPECT_TRUE(same(dx.host(n), guard));
+    // Each entry as it was, cleared, or one of the list's values.
+    const std::vector<float> got = dx.host(0, n);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(got[i] == x0[i] || got[i] == 0.0f || got[i] == 1.0f) << i;
+  }
+  // An earlier check's failure (a bad scatter_add_sorted) stops it.
+  dx.put(x0);
+  Dev<int32_t> dbad(std::vector<int32_t>{0, static_cast<int32_t>(n)});
+  Dev<int32_t> dgood(std::vector<int32_t>{3, 4});
+  Dev<float> dv(std::vector<float>{1.0f, 1.0f});
+  ASSERT_EQ(gpu()->scatter_add_sorted(gpu(), dx.get(), n, dbad.get(), dv.get(),
+                                      2, 1.0f),
+            PGS_OK);
+  EXPECT_EQ(settled(gpu()->set_sorted(gpu(), dx.get(), n, dgood.get(), dv.get(),
+                                      2, 1.0f)),
+            PGS_ERR_INDEX);
+  EXPECT_TRUE(same(dx.host(0, n), x0));
+  // Arguments.
+  EXPECT_EQ(gpu()->set_sorted(gpu(), nullptr, 0, nullptr, nullptr, 0, 1.0f),
+            PGS_OK);
+  EXPECT_EQ(
+      gpu()->set_sorted(gpu(), nullptr, 0, dgood.get(), dv.get(), 1, 1.0f),
+      PGS_ERR_INDEX);
+  EXPECT_EQ(gpu()->set_sorted(gpu(), nullptr, 4, nullptr, nullptr, 0, 1.0f),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(gpu()->set_sorted(gpu(), dx.get(), n, nullptr, dv.get(), 1, 1.0f),
+            PGS_ERR_INVALID);
+}
+
 // ---- zero_common ----------------------------------------------------------
 
 // With @p with_values, a's entries carry values that are subtracted.

@@ -245,6 +245,17 @@ struct pgs_ops {
    *  guess). Optional (NULL: the caller makes the three calls). */
   int (*accumulate_stats)(const pgs_ops_t *ops, float *r, const float *g,
                           size_t n, int64_t *nonfinite_host, double out[7]);
+  /** fill_zero(x, n floats), then scatter_add_sorted(x, n, idx, val, m,
+   *  scale), in one pass: x[i] = 0 except x[idx[j]] = 0 + scale * val[j]
+   *  (so -0 lands as +0, bit for bit the two calls' result). idx is
+   *  validated as scatter_add_sorted's (in [0, n), strictly ascending), and
+   *  refused the same way; on a refused list the call fails and x[0..n) is
+   *  unspecified (the host writes nothing; a device may have cleared part of
+   *  it and written some values), never a byte outside it. m may be 0 (x
+   *  cleared). Optional (NULL: the caller makes the two calls). */
+  int (*set_sorted)(const pgs_ops_t *ops, float *x, size_t n,
+                    const int32_t *idx, const float *val, size_t m,
+                    float scale);
 };
 
 /** The host-memory implementation (no state; safe to share). */

@@ -146,6 +146,19 @@ int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
                        int32_t *idx, float *val, size_t cap, size_t k,
                        pgs_fused_t *res, pgs_regions_t *reg);
 
+/** x = 0 with the ascending list (idx, val) added at @p scale: the table's
+ *  one pass where it has one (ops->set_sorted), else fill_zero and
+ *  scatter_add_sorted. */
+static inline int pgs_set_sorted(const pgs_ops_t *ops, float *x, size_t n,
+                                 const int32_t *idx, const float *val, size_t m,
+                                 float scale) {
+  if (ops->set_sorted != NULL)
+    return ops->set_sorted(ops, x, n, idx, val, m, scale);
+  int st = ops->fill_zero(ops, x, n * sizeof(float));
+  if (st != PGS_OK) return st;
+  return ops->scatter_add_sorted(ops, x, n, idx, val, m, scale);
+}
+
 /** A count as sent in the algorithm's first message: negative when this
  *  rank's input was bad, so every receiver learns it without a message of
  *  its own. */

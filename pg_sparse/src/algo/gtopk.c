@@ -186,10 +186,9 @@ static int gtopk_step(pgs_bucket_t *b, const float *grad, float *out) {
   else if (st == PGS_OK)
     st = pgs_comm_allreduce(b->comm, s->vals.ptr, (size_t)m, PGS_FLOAT32,
                             PGS_SUM);
-  if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
   if (st == PGS_OK)
-    st = ops->scatter_add_sorted(ops, out, b->n, g, s->vals.ptr, (size_t)m,
-                                 1.0f / (float)b->size);
+    st = pgs_set_sorted(ops, out, b->n, g, s->vals.ptr, (size_t)m,
+                        1.0f / (float)b->size);
   if (st != PGS_OK) return st;
   b->stats.global_selected = m;
   /* A narrow wire took what it sent from the residual already. */

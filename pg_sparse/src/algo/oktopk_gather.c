@@ -305,11 +305,10 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   st = round_picks(b, s, at, c);
   if (st == PGS_OK) st = balance(b, s, s->held, T, at);
   if (st == PGS_OK) st = gather_all(b, s, T);
-  if (st == PGS_OK) st = ops->fill_zero(ops, out, b->n * sizeof(float));
   /* G is duplicate-free: one add per entry into zero gives v/P. */
   if (st == PGS_OK)
-    st = ops->scatter_add_sorted(ops, out, b->n, s->aidx.ptr, s->aval.ptr,
-                                 (size_t)T, 1.0f / (float)P);
+    st = pgs_set_sorted(ops, out, b->n, s->aidx.ptr, s->aval.ptr, (size_t)T,
+                        1.0f / (float)P);
   if (st != PGS_OK) return st;
   b->stats.global_selected = T;
   b->stats.global_threshold = thr;

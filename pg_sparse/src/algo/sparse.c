@@ -76,18 +76,22 @@ int pgs_allgather_blocks(pgs_bucket_t *b, void *send, int64_t m, float *keep,
 
 int pgs_apply_blocks(pgs_bucket_t *b, float *out) {
   const pgs_ops_t *ops = b->ops;
-  int st = ops->fill_zero(ops, out, b->n * sizeof(float));
-  if (st != PGS_OK) return st;
   /* Each block lands scaled to the average, so no pass over all n values
    * follows. A power-of-two P scales exactly: the same bits as scaling the
-   * sum; another P may round the last bit differently. */
+   * sum; another P may round the last bit differently. The first block
+   * lands in the pass that clears out. */
   const float inv = 1.0f / (float)b->size;
   char *base = b->recv.ptr;
+  int st = PGS_OK;
   for (int r = 0; r < b->size; ++r) {
     int64_t m = b->host_counts[r];
     /* Every peer's block is validated (in range, ascending) before it lands. */
-    st = ops->scatter_add_sorted(ops, out, b->n, pgs_block_idx(base),
-                                 pgs_block_val(base, m), (size_t)m, inv);
+    if (r == 0)
+      st = pgs_set_sorted(ops, out, b->n, pgs_block_idx(base),
+                          pgs_block_val(base, m), (size_t)m, inv);
+    else
+      st = ops->scatter_add_sorted(ops, out, b->n, pgs_block_idx(base),
+                                   pgs_block_val(base, m), (size_t)m, inv);
     if (st != PGS_OK) return st;
     base += m * 8;
   }

@@ -41,10 +41,9 @@ static int gather_dense(pgs_bucket_t *b, pgs_split_t *sp, float *out) {
   const size_t w = pgs_wire_bytes(b);
   const int64_t mine = pgs_split_len(sp, b->rank);
   int st = pgs_buf_reserve(ops, &sp->red, (size_t)mine * 4);
-  if (st == PGS_OK) st = ops->fill_zero(ops, sp->red.ptr, (size_t)mine * 4);
   if (st == PGS_OK)
-    st = ops->scatter_add_sorted(ops, sp->red.ptr, (size_t)mine, sp->lidx,
-                                 sp->lval, (size_t)sp->lm, 1.0f);
+    st = pgs_set_sorted(ops, sp->red.ptr, (size_t)mine, sp->lidx, sp->lval,
+                        (size_t)sp->lm, 1.0f);
   if (st != PGS_OK) return st;
   size_t *bytes = b->host_bytes, *displs = b->host_bytes + b->size;
   for (int j = 0; j < b->size; ++j) {
