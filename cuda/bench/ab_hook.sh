@@ -5,7 +5,8 @@
 #   OUT=/tmp/logs bash cuda/bench/ab_hook.sh ab_old [pairs] [methods...]
 # Builds the extension of both trees, then runs cuda/bench/bench_hook.py
 # (this tree's script) against each tree's package in turn, `pairs` times
-# (default 4); $OUT/ab_summary.txt holds the rows of every run.
+# (default 4); $OUT/ab_summary.txt holds the rows of every run and
+# $OUT/ab_pooled.txt the per-round differences pooled (ab_pool.py).
 set -u
 old=$(cd "${1:?usage: ab_hook.sh OLD_TREE [pairs] [methods...]}" && pwd)
 pairs=${2:-4}
@@ -36,3 +37,4 @@ for i in $(seq "$pairs"); do
   run "old$i" "$old"
   run "new$i" "$root"
 done
+python3 "$root/cuda/bench/ab_pool.py" "$logs" >"$logs/ab_pooled.txt" 2>&1
