@@ -303,6 +303,7 @@ class SparseState(OptimizerInHook):
         self._param_ids: dict[int, tuple[Any, int]] = {}  # id(p) -> (weakref, id)
         self._next_param_id = 0
         self._pinned: set[int] = set()  # bucket indices that keep their layout
+        self._restored: set[int] = set()  # bucket indices from a checkpoint
 
     # -- native buckets -------------------------------------------------
     def _config(self, tensor: torch.Tensor, warmup: int, algo: str | None = None) -> Any:
@@ -374,13 +375,20 @@ class SparseState(OptimizerInHook):
             if mine is None:
                 self._layouts[index] = mine = layout
             elif layout is not None and mine != layout and index not in self._pinned:
-                if _untouched(b):
-                    # DDP rebuilt its buckets while this one held no sparse
-                    # state yet: adopt the new layout instead of permuting.
+                if _untouched(b) or self._follows_layout(index):
+                    # DDP rebuilt its buckets (after its first iteration):
+                    # the state follows its parameters into the new layout
+                    # once, instead of permuting the bucket both ways on
+                    # every later call in Python (which also kept the C++
+                    # hook from serving it). Ok-Topk's region bounds stay a
+                    # partition of the bucket, planned again on schedule.
                     segs = _segments(layout, mine)
                     b.set_residual(_permute(b.residual(), segs, True))
                     self._layouts[index] = mine = layout
                 else:
+                    # A restored state keeps the layout it was saved in:
+                    # DDP's rebuilt buckets take it again from the second
+                    # iteration on, so only the first one is permuted.
                     self._pinned.add(index)  # permute from now on
         else:
             saved = self._take_saved(index, tensor.numel(), layout)
@@ -397,9 +405,11 @@ class SparseState(OptimizerInHook):
             self._applied_density.pop(index, None)
             self._scale.tensors.pop(index, None)  # a new residual is in gradient units
             mine = layout
+            self._restored.discard(index)
             if saved is not None:
                 _restore(b, saved)
                 self._restore_buffers(index, saved, tensor.device)
+                self._restored.add(index)
                 if saved.get("layout") is not None and layout is not None:
                     mine = tuple((int(i), int(n)) for i, n in saved["layout"])
             self._buckets[index] = b
@@ -408,6 +418,14 @@ class SparseState(OptimizerInHook):
         if layout is None or mine is None or mine == layout:
             return b, None
         return b, _segments(layout, mine)
+
+    def _follows_layout(self, index: int) -> bool:
+        """Whether bucket ``index``'s state, touched already, moves with its
+        parameters when DDP repacks them: yes unless it came from a
+        checkpoint (that layout is the one DDP returns to) or Python holds
+        per-bucket tensors in the old layout (momentum, preconditioning)."""
+        return index not in self._restored and not self.momentum \
+            and not self.precondition
 
     def _warmup_for(self, saved: dict[str, Any] | None) -> int:
         """Dense calls for a new native bucket, counted like its step: the
@@ -562,6 +580,7 @@ class SparseState(OptimizerInHook):
             if saved is not None:
                 _restore(b, saved)
                 self._restore_buffers(i, saved, None)
+                self._restored.add(i)
                 if saved.get("layout") is not None and self._layouts.get(i) is not None:
                     self._layouts[i] = tuple((int(a), int(n)) for a, n in saved["layout"])
             else:

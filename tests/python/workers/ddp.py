@@ -288,6 +288,78 @@ def native_hook_same_bits(algo: str) -> Callable[[], str]:
     return fn
 
 
+def native_hook_follows_rebuild(wire: str, warmup: int) -> Callable[[], str]:
+    """One DDP bucket whose state is touched by its first call (a 16-bit wire
+    keeps its rounding error in the residual even in a dense warm-up call;
+    with no warm-up the first call is sparse) when DDP repacks it after the
+    first iteration: the state follows its parameters into the new layout
+    (each parameter's residual the same, entry for entry), so no later call
+    is permuted and the C++ hook serves them. Against the same run whose
+    state keeps the first layout (every later call permuted in Python, the
+    behaviour before): both train alike (Ok-Topk's regions then cover other
+    entries, so volume caps may trim others: not bit for bit)."""
+    def fn() -> str:
+        torch, ps = C.torch, C.pg_sparse
+        runs = []
+        for follow in (False, True):
+            model = C.DDP(mlp(EQ_SIZES, 0), bucket_cap_mb=1.0)  # one bucket
+            state = ps.SparseState(
+                density=0.05, warmup_steps=warmup, tau=3, tau_prime=2,
+                wire_dtype=None if wire == "float32" else getattr(torch, wire))
+            if not follow:
+                state._follows_layout = lambda index: False
+            permuted, moved = [], []
+            bucket_for = state._bucket_for
+
+            def spy(index, tensor, params_, bucket_for=bucket_for, state=state,
+                    permuted=permuted, moved=moved):
+                old = state._buckets.get(index)
+                before = None if old is None else \
+                    (state._layouts.get(index), old.residual().clone())
+                native, segments = bucket_for(index, tensor, params_)
+                permuted.append(segments is not None)
+                after = state._layouts.get(index)
+                if before is not None and before[0] is not None and after is not None \
+                        and before[0] != after:
+                    moved.append(_same_per_param(before[0], before[1], after,
+                                                 native.residual()))
+                return native, segments
+
+            state._bucket_for = spy
+            ps.hooks.register_comm_hook(model, state, ps.hooks.oktopk_hook)
+            train(model, sgd(model), range(EQ_STEPS), eq_data)
+            assert len(state.stats()) == 1, f"{len(state.stats())} buckets"
+            runs.append((params(model), permuted, moved, state._native_table.calls))
+        (p_old, perm_old, _, calls_old), (p_new, perm_new, moved, calls_new) = runs
+        # The case arises: DDP's rebuilt bucket has another layout, and a
+        # state that keeps the first one permutes every call after it.
+        assert sum(perm_old) >= EQ_STEPS - 2 and calls_old == 0, (perm_old, calls_old)
+        assert moved == [True], f"layout changes, residual kept per parameter: {moved}"
+        assert not any(perm_new), f"calls permuted: {perm_new}"
+        assert calls_new >= EQ_STEPS - 2, f"only {calls_new} calls ran in C++"
+        d = max_diff(p_new, p_old)
+        assert d < 0.05, f"params differ from the permuting run's by {d:.3g}"
+        return f"{calls_new} of {EQ_STEPS} calls in C++ (0 before), max diff {d:.3g}"
+    return fn
+
+
+def _same_per_param(layout_a, res_a, layout_b, res_b) -> bool:
+    """Whether every parameter's slice of residual ``res_a`` (packed as
+    ``layout_a``: (parameter id, numel) in order) equals its slice of
+    ``res_b`` (packed as ``layout_b``), and the residual is not all zero."""
+    def slices(layout):
+        out, at = {}, 0
+        for pid, n in layout:
+            out[pid] = (at, n)
+            at += n
+        return out
+    a, b = slices(layout_a), slices(layout_b)
+    if a.keys() != b.keys() or not bool(res_a.any()):
+        return False
+    return all(C.torch.equal(res_a[a[k][0]:a[k][0] + a[k][1]],
+                             res_b[b[k][0]:b[k][0] + b[k][1]]) for k in a)
+
+
 def native_hook_fallbacks() -> str:
     """What the C++ hook leaves to Python: a state restored mid-run (its
     buckets run in Python again, then in C++), a hook outside HOOKS (plain
@@ -571,6 +643,8 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
                for b in ("bfloat16", "float32") for a in ALGOS]
     checks += [(f"error_feedback_{a}", error_feedback(a)) for a in ALGOS]
     checks += [(f"native_hook_same_bits_{a}", native_hook_same_bits(a)) for a in ALGOS]
+    checks += [(f"native_hook_follows_rebuild_{w}_warmup{n}", native_hook_follows_rebuild(w, n))
+               for w, n in (("bfloat16", 1), ("float32", 0))]
     checks += [("native_hook_fallbacks", native_hook_fallbacks),
                ("native_hook_nonfinite", native_hook_nonfinite)]
     checks += ddp_optim.plan()
