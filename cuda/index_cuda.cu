@@ -37,6 +37,17 @@ struct IndexList {
   long long offset = 0;
 };
 
+// Entry j of list l: whether idx[j] + offset lies outside [0, n), and
+// whether it breaks a strict ascent (not below the next entry).
+__device__ __forceinline__ int out_of_range(const IndexList &l, size_t j,
+                                            size_t n) {
+  const long long i = static_cast<long long>(l.idx[j]) + l.offset;
+  return (i < 0) | (static_cast<unsigned long long>(i) >= n);
+}
+__device__ __forceinline__ int out_of_order(const IndexList &l, size_t j) {
+  return j + 1 < l.m && l.idx[j] >= l.idx[j + 1];
+}
+
 // Validates lists a and b (b may be empty) in one launch: zero_common
 // checks both of its lists, and a launch each cost a few microseconds of
 // a kernel that reads little.
@@ -49,9 +60,8 @@ __global__ void __launch_bounds__(kThreads)
        t < a.m + b.m; t += stride) {
     const IndexList &l = t < a.m ? a : b;
     const size_t j = t < a.m ? t : t - a.m;
-    const long long i = static_cast<long long>(l.idx[j]) + l.offset;
-    bad |= (i < 0) | (static_cast<unsigned long long>(i) >= n);
-    if (v.unordered != 0 && j + 1 < l.m) unordered |= l.idx[j] >= l.idx[j + 1];
+    bad |= out_of_range(l, j, n);
+    if (v.unordered != 0) unordered |= out_of_order(l, j);
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flags, v.bad);
   if (v.unordered != 0 && __syncthreads_or(unordered) && threadIdx.x == 0)
@@ -158,13 +168,11 @@ __global__ void __launch_bounds__(kThreads)
     if ((threadIdx.x & 31u) == 0) range[warp] = p;
   }
   const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
+  const IndexList list{idx, m, 0};
   int bad = 0;
   for (size_t j = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
-       j < m; j += stride) {
-    const int32_t i = idx[j];
-    bad |= (i < 0) | (static_cast<size_t>(i) >= n) |
-           (j + 1 < m && i >= idx[j + 1]);
-  }
+       j < m; j += stride)
+    bad |= out_of_range(list, j, n) | out_of_order(list, j);
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(word, kErrIndex);
   for (unsigned long long j = range[0] + threadIdx.x; j < range[1];
        j += kThreads) {

@@ -195,22 +195,17 @@ static int cpu_scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
   return cpu_scatter_add(ops, x, n, idx, val, m, scale);
 }
 
-/* The host makes its checks first, so a refused list writes nothing. The
- * values land as 0 + p, as the add into the cleared x makes them. */
+/* The host makes its checks first, so a refused list writes nothing; then
+ * scatter_add's own add into the cleared x (its rounding, 0 + p). */
 static int cpu_set_sorted(const pgs_ops_t *ops, float *x, size_t n,
                           const int32_t *idx, const float *val, size_t m,
                           float scale) {
-  (void)ops;
   if ((idx == NULL || val == NULL) && m > 0) return PGS_ERR_INVALID;
   if (x == NULL && n > 0) return PGS_ERR_INVALID;
   if (m > 0 && (!indices_valid(idx, m, 0, n) || !strictly_ascending(idx, m)))
     return PGS_ERR_INDEX;
   if (n > 0) memset(x, 0, n * sizeof(float));
-  for (size_t j = 0; j < m; ++j) {
-    float p = scale == 1.0f ? val[j] : scale * val[j];
-    x[idx[j]] = 0.0f + p;
-  }
-  return PGS_OK;
+  return cpu_scatter_add(ops, x, n, idx, val, m, scale);
 }
 
 static int cpu_zero_common(const pgs_ops_t *ops, float *x, size_t n,
