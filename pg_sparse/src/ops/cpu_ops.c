@@ -159,6 +159,22 @@ static int cpu_zero_at(const pgs_ops_t *ops, float *x, size_t n,
   return PGS_OK;
 }
 
+/* x[idx[j]] += scale * val[j] for validated indices. Serial in j order:
+ * repeated indices add up deterministically. The product is rounded to
+ * float before the add (no fused multiply-add), and scale 1 skips the
+ * multiply so the sum is exactly x + val. */
+static void scatter_values(float *x, const int32_t *idx, const float *val,
+                           size_t m, float scale) {
+  if (scale == 1.0f) {
+    for (size_t j = 0; j < m; ++j) x[idx[j]] += val[j];
+    return;
+  }
+  for (size_t j = 0; j < m; ++j) {
+    float p = scale * val[j];
+    x[idx[j]] += p;
+  }
+}
+
 static int cpu_scatter_add(const pgs_ops_t *ops, float *x, size_t n,
                            const int32_t *idx, const float *val, size_t m,
                            float scale) {
@@ -167,17 +183,7 @@ static int cpu_scatter_add(const pgs_ops_t *ops, float *x, size_t n,
   if (idx == NULL || val == NULL || (x == NULL && n > 0))
     return PGS_ERR_INVALID;
   if (!indices_valid(idx, m, 0, n)) return PGS_ERR_INDEX;
-  /* Serial in j order: repeated indices add up deterministically. The
-   * product is rounded to float before the add (no fused multiply-add), and
-   * scale 1 skips the multiply so the sum is exactly x + val. */
-  if (scale == 1.0f) {
-    for (size_t j = 0; j < m; ++j) x[idx[j]] += val[j];
-    return PGS_OK;
-  }
-  for (size_t j = 0; j < m; ++j) {
-    float p = scale * val[j];
-    x[idx[j]] += p;
-  }
+  scatter_values(x, idx, val, m, scale);
   return PGS_OK;
 }
 
@@ -196,16 +202,19 @@ static int cpu_scatter_add_sorted(const pgs_ops_t *ops, float *x, size_t n,
 }
 
 /* The host makes its checks first, so a refused list writes nothing; then
- * scatter_add's own add into the cleared x (its rounding, 0 + p). */
+ * scatter_add's own add into the cleared x (its rounding, 0 + p), without
+ * checking the list a second time. */
 static int cpu_set_sorted(const pgs_ops_t *ops, float *x, size_t n,
                           const int32_t *idx, const float *val, size_t m,
                           float scale) {
+  (void)ops;
   if ((idx == NULL || val == NULL) && m > 0) return PGS_ERR_INVALID;
   if (x == NULL && n > 0) return PGS_ERR_INVALID;
   if (m > 0 && (!indices_valid(idx, m, 0, n) || !strictly_ascending(idx, m)))
     return PGS_ERR_INDEX;
   if (n > 0) memset(x, 0, n * sizeof(float));
-  return cpu_scatter_add(ops, x, n, idx, val, m, scale);
+  scatter_values(x, idx, val, m, scale);
+  return PGS_OK;
 }
 
 static int cpu_zero_common(const pgs_ops_t *ops, float *x, size_t n,
