@@ -34,3 +34,21 @@ CONFIGS = {"ws1": ("torchrun", 1, {"NCCL_NVLS_ENABLE": "0", "PGS_EXPECT_CUDA_TRA
 def test_cuda_one_gpu(jobs, config, check):
     launcher, nproc, env = CONFIGS[config]
     jobs.get(launcher, "cuda_one.py", nproc, env=env, timeout=300).check(check)
+
+
+def test_hierarchy_on_one_gpu(tmp_path):
+    """Hierarchical mode on CUDA tensors with 4 ranks sharing the GPU as 2
+    nodes x 2 (tests/python/workers/hierarchy.py with ``cuda``): the
+    conservation invariant per call, equal outputs, the exact average on
+    dense calls, and training as well as flat."""
+    from pathlib import Path
+
+    from conftest import run_torchrun
+
+    worker = Path(__file__).resolve().parent / "workers" / "hierarchy.py"
+    text = run_torchrun(worker, 4, tmp_path, "cuda", timeout=240)
+    for rank in range(4):
+        for algo, sparse in (("oktopk", 4), ("topka", 4), ("gtopk", 4), ("dense", 0)):
+            assert f"rank {rank}: {algo} hierarchical ok (5 calls, {sparse} sparse)" in text, \
+                text[-3000:]
+        assert f"rank {rank}: training loss on cuda flat" in text, text[-3000:]

@@ -2,7 +2,10 @@
 local_size=2, the "sparse" backend): hierarchical sparse allreduce through
 DDP against the conservation invariant (residuals placed at each rank's
 shard; sums over a gloo group as the oracle), identical outputs, the exact
-average on dense warm-up calls, and training."""
+average on dense warm-up calls, and training. With the argument ``cuda``
+(test_cuda_one.py) the same on CUDA tensors, every rank on cuda:0: the
+node's dense stages then go through the node group, staged through the host
+as the ranks share the GPU."""
 
 from __future__ import annotations
 
@@ -28,22 +31,26 @@ def model(hidden: int = 30) -> torch.nn.Module:
                                torch.nn.Linear(hidden, 7))
 
 
-def check_algo(algo: str, oracle) -> None:
+def wrap(m: torch.nn.Module, dev: torch.device, **kw) -> DDP:
+    return DDP(m.to(dev), device_ids=[dev.index] if dev.type == "cuda" else None, **kw)
+
+
+def check_algo(algo: str, oracle, dev: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     state = pg_sparse.SparseState(algo=algo, density=0.05, warmup_steps=1,
                                   hierarchy="node", local_size=2)
-    ddp = DDP(model())
+    ddp = wrap(model(), dev)
     records = []
 
     def probe(st, bucket):
-        x = bucket.buffer().detach().clone()
+        x = bucket.buffer().detach().cpu().clone()
         old = st._buckets.get(bucket.index())
-        before = None if old is None else old.residual().clone()
+        before = None if old is None else old.residual().cpu().clone()
 
         def after(f):
             out = f.value()
             nb = st._buckets[bucket.index()]
-            records.append((x, before, out.detach().clone(), nb.residual().clone(),
+            records.append((x, before, out.detach().cpu().clone(), nb.residual().cpu().clone(),
                             int(nb.stats()["dense"])))
             return out
         return pg_sparse.hooks.HOOKS[algo](st, bucket).then(after)
@@ -51,12 +58,15 @@ def check_algo(algo: str, oracle) -> None:
     ddp.register_comm_hook(state, probe)
     gen = torch.Generator().manual_seed(50 + rank)
     for _ in range(5):
-        ddp(torch.randn(16, 40, generator=gen)).square().sum().backward()
+        ddp(torch.randn(16, 40, generator=gen).to(dev)).square().sum().backward()
         ddp.zero_grad()
     topo = state._topology
     assert topo is not None and topo.nodes == 2 and topo.local_size == 2
-    # The dense stages went through the node's shared rows (the default).
-    assert topo._rows and all(r is not None for r in topo._rows.values()), topo._rows
+    # The dense stages went through the node's shared rows (the default on
+    # CPU tensors), or through the node group (CUDA tensors).
+    on_cpu = dev.type == "cpu"
+    assert topo._rows and all((r is not None) == on_cpu for r in topo._rows.values()), \
+        topo._rows
     sparse_calls = 0
     for x, before, out, resid, dense in records:
         n = x.numel()
@@ -86,27 +96,27 @@ def check_algo(algo: str, oracle) -> None:
           f"{sparse_calls} sparse)", flush=True)
 
 
-def train(hierarchy: str) -> float:
+def train(hierarchy: str, dev: torch.device) -> float:
     # Several buckets per step (DDP's first bucket holds up to 1 MB), so
     # the stages of different buckets run at once: the pipeline must keep
     # each group's collectives in the same order on every rank.
-    ddp = DDP(model(hidden=16384), bucket_cap_mb=0.5)
+    ddp = wrap(model(hidden=16384), dev, bucket_cap_mb=0.5)
     state = pg_sparse.SparseState(density=0.05, warmup_steps=2, hierarchy=hierarchy,
                                   local_size=2)
     ddp.register_comm_hook(state, pg_sparse.hooks.oktopk_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    w = torch.randn(40, 7, generator=torch.Generator().manual_seed(9))
+    w = torch.randn(40, 7, generator=torch.Generator().manual_seed(9)).to(dev)
     gen = torch.Generator().manual_seed(70 + dist.get_rank())
     loss = torch.tensor(0.0)
     for _ in range(80):
-        x = torch.randn(32, 40, generator=gen)
+        x = torch.randn(32, 40, generator=gen).to(dev)
         loss = (ddp(x) - torch.tanh(x @ w)).square().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
     if hierarchy == "node":
         assert len(state.stats()) >= 2, len(state.stats())
-    final = loss.detach().clone()
+    final = loss.detach().cpu().clone()
     dist.all_reduce(final)
     return final.item() / dist.get_world_size()
 
@@ -119,16 +129,26 @@ def main() -> None:
         state = pg_sparse.SparseState(hierarchy="auto")
         assert state._hierarchical() is None and state._mode == "flat"
         print(f"rank {dist.get_rank()}: auto is flat on one node", flush=True)
-    else:
+    elif sys.argv[1:] == ["cuda"]:
+        dev = torch.device("cuda", 0)
+        torch.cuda.set_device(dev)
         for algo in ("oktopk", "topka", "gtopk", "dense"):
-            check_algo(algo, oracle)
-        flat, node = train("flat"), train("node")
+            check_algo(algo, oracle, dev)
+        flat, node = train("flat", dev), train("node", dev)
+        assert node < 1.5 * flat + 0.01, (flat, node)
+        print(f"rank {dist.get_rank()}: training loss on cuda flat {flat:.4f} "
+              f"node {node:.4f}", flush=True)
+    else:
+        cpu = torch.device("cpu")
+        for algo in ("oktopk", "topka", "gtopk", "dense"):
+            check_algo(algo, oracle, cpu)
+        flat, node = train("flat", cpu), train("node", cpu)
         assert node < 1.5 * flat + 0.01, (flat, node)
         # The same through the node groups' collectives instead of shared
         # memory: a sum of two values does not depend on its order, so the
         # two paths must agree exactly.
         os.environ["PG_SPARSE_INTRA_NODE"] = "group"
-        group = train("node")
+        group = train("node", cpu)
         del os.environ["PG_SPARSE_INTRA_NODE"]
         assert group == node, (group, node)
         print(f"rank {dist.get_rank()}: training loss flat {flat:.4f} node {node:.4f} "
