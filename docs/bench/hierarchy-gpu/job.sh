@@ -10,26 +10,9 @@ mkdir -p $OUT
 start=$(date +%s)
 el() { echo $(( $(date +%s) - start )); }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nvidia-smi topo -m; nproc; uname -r; which ip tc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket"; free -g | head -2; } > $OUT/machine.txt 2>&1
-mkdir -p /tmp/ipr /tmp/iprbin
-for f in .debs/*.deb; do dpkg -x $f /tmp/ipr; done
-L=/tmp/ipr/lib/x86_64-linux-gnu:/tmp/ipr/usr/lib/x86_64-linux-gnu
-for t in ip tc; do
-  src=$(ls /tmp/ipr/bin/$t /tmp/ipr/sbin/$t /tmp/ipr/usr/bin/$t /tmp/ipr/usr/sbin/$t 2>/dev/null | head -1)
-  cat > /tmp/iprbin/$t <<W
-#!/bin/bash
-orig="\${LD_LIBRARY_PATH-}"
-if [ "\$1" = netns ] && [ "\$2" = exec ]; then ns=\$3; shift 3; exec env LD_LIBRARY_PATH=$L $src netns exec "\$ns" env LD_LIBRARY_PATH="\$orig" "\$@"; fi
-exec env LD_LIBRARY_PATH=$L $src "\$@"
-W
-  chmod +x /tmp/iprbin/$t
-done
-export PATH=/tmp/iprbin:$PATH
-cat /tmp/iprbin/ip >> $OUT/machine.txt
-ip -V >> $OUT/machine.txt 2>&1
+source cuda/bench/device_netns.sh  # iproute2 from .debs (the jobs ran these lines inline)
 ok=0
-ip netns add pgsbprobe && ip -n pgsbprobe link set lo up && tc -n pgsbprobe qdisc add dev lo root tbf rate 1gbit burst 32kb latency 50ms && ok=1
-ip netns del pgsbprobe 2>/dev/null
-echo "netns ok=$ok $(el)s" >> $OUT/steps.txt
+netns_tools && ok=1
 cat $OUT/machine.txt $OUT/steps.txt
 if [ $ok != 1 ]; then tar czf $OUT_REAL/logs.tgz -C /tmp logs; exit 3; fi
 if ls python/pg_sparse/*.so > /dev/null 2>&1; then echo "ext kept" >> $OUT/steps.txt; else
