@@ -41,14 +41,7 @@ def test_hierarchy_on_one_gpu(tmp_path):
     nodes x 2 (tests/python/workers/hierarchy.py with ``cuda``): the
     conservation invariant per call, equal outputs, the exact average on
     dense calls, and training as well as flat."""
-    from pathlib import Path
-
     from conftest import run_torchrun
+    from test_hierarchy import WORKER, assert_two_nodes_ok
 
-    worker = Path(__file__).resolve().parent / "workers" / "hierarchy.py"
-    text = run_torchrun(worker, 4, tmp_path, "cuda", timeout=240)
-    for rank in range(4):
-        for algo, sparse in (("oktopk", 4), ("topka", 4), ("gtopk", 4), ("dense", 0)):
-            assert f"rank {rank}: {algo} hierarchical ok (5 calls, {sparse} sparse)" in text, \
-                text[-3000:]
-        assert f"rank {rank}: training loss on cuda flat" in text, text[-3000:]
+    assert_two_nodes_ok(run_torchrun(WORKER, 4, tmp_path, "cuda", timeout=240))

@@ -18,14 +18,20 @@ def torchrun(tmp_path: Path, *args: str) -> str:
     return run_torchrun(WORKER, 4, tmp_path, *args, timeout=240)
 
 
-def test_two_nodes_of_two(tmp_path):
-    # 4 ranks on 2 cores.
-    text = torchrun(tmp_path)
+def assert_two_nodes_ok(text: str) -> None:
+    """Every rank's lines of the worker's 2 x 2 checks (CPU or ``cuda``)."""
     for rank in range(4):
         for algo, sparse in (("oktopk", 4), ("topka", 4), ("gtopk", 4), ("dense", 0)):
             assert f"rank {rank}: {algo} hierarchical ok (5 calls, {sparse} sparse)" in text, \
                 text[-3000:]
-        assert f"rank {rank}: training loss flat" in text
+        assert f"rank {rank}: training loss flat" in text, text[-3000:]
+
+
+def test_two_nodes_of_two(tmp_path):
+    # 4 ranks on 2 cores.
+    text = torchrun(tmp_path)
+    assert_two_nodes_ok(text)
+    assert text.count("(shared memory and group paths equal)") == 4, text[-3000:]
 
 
 def test_auto_is_flat_on_one_node(tmp_path):

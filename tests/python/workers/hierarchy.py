@@ -129,30 +129,27 @@ def main() -> None:
         state = pg_sparse.SparseState(hierarchy="auto")
         assert state._hierarchical() is None and state._mode == "flat"
         print(f"rank {dist.get_rank()}: auto is flat on one node", flush=True)
-    elif sys.argv[1:] == ["cuda"]:
-        dev = torch.device("cuda", 0)
-        torch.cuda.set_device(dev)
+    else:
+        cuda = sys.argv[1:] == ["cuda"]
+        dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(dev)
         for algo in ("oktopk", "topka", "gtopk", "dense"):
             check_algo(algo, oracle, dev)
         flat, node = train("flat", dev), train("node", dev)
         assert node < 1.5 * flat + 0.01, (flat, node)
-        print(f"rank {dist.get_rank()}: training loss on cuda flat {flat:.4f} "
-              f"node {node:.4f}", flush=True)
-    else:
-        cpu = torch.device("cpu")
-        for algo in ("oktopk", "topka", "gtopk", "dense"):
-            check_algo(algo, oracle, cpu)
-        flat, node = train("flat", cpu), train("node", cpu)
-        assert node < 1.5 * flat + 0.01, (flat, node)
-        # The same through the node groups' collectives instead of shared
-        # memory: a sum of two values does not depend on its order, so the
-        # two paths must agree exactly.
-        os.environ["PG_SPARSE_INTRA_NODE"] = "group"
-        group = train("node", cpu)
-        del os.environ["PG_SPARSE_INTRA_NODE"]
-        assert group == node, (group, node)
-        print(f"rank {dist.get_rank()}: training loss flat {flat:.4f} node {node:.4f} "
-              f"(shared memory and group paths equal)", flush=True)
+        paths = ""
+        if not cuda:
+            # The same through the node groups' collectives instead of shared
+            # memory: a sum of two values does not depend on its order, so
+            # the two paths must agree exactly.
+            os.environ["PG_SPARSE_INTRA_NODE"] = "group"
+            group = train("node", dev)
+            del os.environ["PG_SPARSE_INTRA_NODE"]
+            assert group == node, (group, node)
+            paths = " (shared memory and group paths equal)"
+        print(f"rank {dist.get_rank()}: training loss flat {flat:.4f} node {node:.4f}"
+              f"{paths}", flush=True)
     dist.destroy_process_group()
 
 
