@@ -2,6 +2,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <deque>
+#include <utility>
+#include <vector>
+
 #include "cuda_side.hpp"
 #include "params.hpp"
 #include "status.hpp"
@@ -19,6 +23,9 @@ struct SparseBucket::State {
   std::shared_ptr<CudaSide> cuda;  // set once the bucket moved to a GPU
   mutable std::mutex mutex;        // the worker's call vs. readers of the state
   pgs_stats_t last{};
+  bool record = false;                       // record_times
+  int64_t completed = 0;                     // calls since the last take_times
+  std::deque<SparseBucket::CallTime> times;  // the latest of them
   ~State() { pgs_bucket_destroy(bucket); }
 };
 
@@ -50,6 +57,15 @@ void move_to_cuda(SparseBucket::State& s, const std::shared_ptr<CudaSide>& side,
   s.cuda = side;
 }
 #endif
+
+// The call just finished into the record (under the state's lock).
+void record_call(SparseBucket::State& s) {
+  double seconds = 0;
+  for (int p = 0; p < PGS_PHASE_COUNT; ++p) seconds += s.last.time_s[p];
+  if (s.times.size() == SparseBucket::kRecordedTimes) s.times.pop_front();
+  s.times.push_back({seconds, s.last.dense != 0});
+  ++s.completed;
+}
 
 }  // namespace
 
@@ -165,6 +181,7 @@ c10::intrusive_ptr<c10d::Work> SparseBucket::submit(const at::Tensor& t,
                      ? pgs_bucket_allreduce_deferred(state->bucket, p, p)
                      : pgs_bucket_allreduce(state->bucket, p, p);
         pgs_bucket_stats(state->bucket, &state->last);
+        if (state->record) record_call(*state);
         if (st == PGS_ERR_NONFINITE && skip) {
           // Every rank sees the flag alike: all skip this step together.
           work.zero_();
@@ -209,6 +226,21 @@ void SparseBucket::set_density(double density) {
                     "pg_sparse: density must be in (0, 1], got ", density);
   std::lock_guard<std::mutex> lock(state_->mutex);
   check(pgs_bucket_set_density(state_->bucket, density), "setting the density");
+}
+
+void SparseBucket::record_times(bool on) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->record = on;
+}
+
+std::pair<int64_t, std::vector<SparseBucket::CallTime>>
+SparseBucket::take_times() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::pair<int64_t, std::vector<CallTime>> out{
+      state_->completed, {state_->times.begin(), state_->times.end()}};
+  state_->completed = 0;
+  state_->times.clear();
+  return out;
 }
 
 void SparseBucket::set_dense(bool dense) {

@@ -6,6 +6,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend.hpp"
 
@@ -62,6 +64,19 @@ class SparseBucket {
   void set_state(const std::map<std::string, double>& st,
                  const std::vector<int64_t>& bounds);
   int64_t numel() const { return numel_; }
+
+  // A completed call's seconds (all phases) and whether it ran dense.
+  struct CallTime {
+    double seconds;
+    bool dense;
+  };
+  // Record every completed call's time from now on (algo="auto" measures
+  // its choice on the calls DDP's C++ hook runs, without Python per call).
+  void record_times(bool on);
+  // The calls completed since the last take (a count) and the latest
+  // kRecordedTimes of their times, oldest first; the record starts again.
+  std::pair<int64_t, std::vector<CallTime>> take_times();
+  static constexpr size_t kRecordedTimes = 1024;
 
  private:
   c10::intrusive_ptr<c10d::Work> submit(const at::Tensor& t,

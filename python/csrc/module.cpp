@@ -147,6 +147,20 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("set_dense", &SparseBucket::set_dense, py::arg("dense"),
            py::call_guard<py::gil_scoped_release>())
+      .def("record_times", &SparseBucket::record_times, py::arg("on"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("take_times",
+           [](SparseBucket& b) {
+             std::pair<int64_t, std::vector<SparseBucket::CallTime>> t;
+             {
+               py::gil_scoped_release nogil;
+               t = b.take_times();
+             }
+             py::list times;
+             for (const auto& c : t.second)
+               times.append(py::make_tuple(c.seconds, c.dense));
+             return py::make_tuple(t.first, times);
+           })
       .def("get_state",
            [](const SparseBucket& b) {
              std::vector<int64_t> bounds;
@@ -162,7 +176,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("numel", &SparseBucket::numel);
   py::class_<NativeTable, std::shared_ptr<NativeTable>>(m, "NativeTable")
       .def("set", &NativeTable::set, py::arg("index"), py::arg("bucket"),
-           py::arg("params"))
+           py::arg("params"), py::arg("budget") = -1)
       .def("clear", &NativeTable::clear)
       .def_property_readonly("iterations", &NativeTable::iterations)
       .def_property_readonly("calls", &NativeTable::calls);

@@ -74,8 +74,8 @@ class NativeHook : public c10d::CommHookInterface {
 }  // namespace
 
 void NativeTable::set(size_t index, std::shared_ptr<SparseBucket> bucket,
-                      const std::vector<at::Tensor>& params) {
-  Entry e{std::move(bucket), storages(params), 0};
+                      const std::vector<at::Tensor>& params, int64_t budget) {
+  Entry e{std::move(bucket), storages(params), 0, budget < 0 ? -1 : budget};
   e.numel = e.bucket->numel();
   std::lock_guard<std::mutex> lock(mutex_);
   if (entries_.size() <= index) entries_.resize(index + 1);
@@ -94,6 +94,10 @@ std::shared_ptr<SparseBucket> NativeTable::find(
   std::lock_guard<std::mutex> lock(mutex_);
   if (index >= entries_.size() || !entries_[index].bucket) return nullptr;
   Entry& e = entries_[index];
+  if (e.left == 0) {  // its budget is spent: Python runs this call
+    e = Entry{};
+    return nullptr;
+  }
   const auto& params = grad_bucket.getParameters();
   bool same = e.numel == grad_bucket.getBuffer().numel() &&
               params.size() == e.params.size();
@@ -105,6 +109,7 @@ std::shared_ptr<SparseBucket> NativeTable::find(
     return nullptr;
   }
   calls_.fetch_add(1);
+  if (e.left > 0) --e.left;
   return e.bucket;
 }
 

@@ -27,9 +27,11 @@ namespace pg_sparse {
 class NativeTable {
  public:
   // Serve bucket @p index with @p bucket while DDP's bucket holds exactly
-  // @p params (in this order; their storage is what identifies them).
+  // @p params (in this order; their storage is what identifies them), for
+  // the next @p budget calls (-1: until cleared), after which the Python
+  // hook runs the call again (algo="auto" decides there).
   void set(size_t index, std::shared_ptr<SparseBucket> bucket,
-           const std::vector<at::Tensor>& params);
+           const std::vector<at::Tensor>& params, int64_t budget = -1);
   // Every index back to the Python hook (a restored state, a new DDP), and
   // the iteration count to 0 (the caller keeps what it counted).
   void clear();
@@ -46,6 +48,7 @@ class NativeTable {
     std::shared_ptr<SparseBucket> bucket;
     std::vector<const void*> params;  // storage of each parameter, in order
     int64_t numel = 0;
+    int64_t left = -1;  // calls still to serve; -1: no limit
   };
   std::mutex mutex_;
   std::vector<Entry> entries_;

@@ -153,8 +153,9 @@ class BucketChoice:
     density: float  # the native bucket's density (chosen from auto_density)
     predicted: dict[str, float]  # model seconds per call, "dense" and each candidate
     scale: dict[str, float] = field(default_factory=dict)  # measured / model, per method
-    calls: int = 0
+    calls: int = 0  # completed calls, as far as drained from the native bucket
     applied: bool = False  # the choice was given to the native bucket
+    native: Any = None  # the native bucket (its recorded call times)
     window: list[float] = field(default_factory=list)  # this choice's call times
     measured_s: float = float("nan")  # last window's median (slowest rank)
     error: float = float("nan")  # measured / predicted - 1 of the last window
@@ -227,9 +228,12 @@ class AutoChooser:
         decide again from the window's measured time (collective)."""
         c = self.buckets[index]
         if not c.applied:  # a new (or restored) native bucket
+            native.record_times(True)
             native.set_dense(c.dense)
-            c.applied = True
-        elif c.calls % self.interval == 0 and c.window:
+            c.applied, c.native = True, native
+            return
+        self._drain(c)
+        if c.calls % self.interval == 0 and c.window:
             (c.measured_s,) = _agreed([statistics.median(c.window)], group)
             ran = c.method()
             c.error = c.measured_s / c.expected(ran) - 1.0
@@ -239,15 +243,30 @@ class AutoChooser:
                 c.dense = not c.dense
             c.window.clear()
             native.set_dense(c.dense)
-        c.calls += 1
 
-    def after_call(self, index: int, native: Any) -> None:
-        """Record the call's time (the core's own, this rank); warm-up
-        calls of a sparse choice are dense and not counted."""
+    def native_calls(self, index: int) -> int:
+        """After a call of bucket ``index`` (from ``before_call`` on), the
+        calls DDP's C++ hook may run before the next decision, which the
+        Python hook makes."""
+        return -(self.buckets[index].calls + 1) % self.interval
+
+    @staticmethod
+    def _drain(c: BucketChoice) -> None:
+        """The calls the native bucket recorded (the core's own time, this
+        rank, in Python's calls and the C++ hook's alike) into the count and
+        the window; warm-up calls of a sparse choice are dense and not
+        timed."""
+        if c.native is None:
+            return
+        count, times = c.native.take_times()
+        c.calls += int(count)
+        c.window.extend(float(t) for t, dense in times if bool(dense) == c.dense)
+
+    def calls_of(self, index: int) -> int:
+        """Completed calls of bucket ``index``."""
         c = self.buckets[index]
-        s = native.stats()
-        if bool(s["dense"]) == c.dense:
-            c.window.append(float(s["time_s"]))
+        self._drain(c)
+        return c.calls
 
     def stats(self, index: int) -> dict[str, float]:
         """The decision and the prediction error of bucket ``index``."""
@@ -265,6 +284,7 @@ class AutoChooser:
         c = self.buckets.get(index)
         if c is None:
             return None
+        self._drain(c)
         return {"algo": c.algo, "dense": c.dense, "density": c.density,
                 "predicted": dict(c.predicted),
                 "scale": dict(c.scale), "calls": c.calls}

@@ -53,9 +53,8 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     if segments is None and not state.momentum and not state.precondition:
         fut = native.allreduce(buf).get_future().then(_first)
         state._count_iteration(bucket)
-        if auto is not None:
-            return fut.then(_recorded(auto, index, native))
-        state._serve_natively(index, native, params)
+        state._serve_natively(index, native, params,
+                              -1 if auto is None else auto.native_calls(index))
         return fut
     # The state refers to another packing of these parameters (DDP's
     # first iteration after a restore): run it in that order.
@@ -76,15 +75,7 @@ def _run(state: SparseState, bucket: dist.GradBucket,
 
     fut = native.allreduce(x).get_future().then(done)
     state._count_iteration(bucket)
-    return fut if auto is None else fut.then(_recorded(auto, index, native))
-
-
-def _recorded(auto: Any, index: int, native: Any) -> Any:
-    """A ``then`` callback: the call's time into the auto chooser's window."""
-    def record(fut: torch.futures.Future) -> torch.Tensor:
-        auto.after_call(index, native)
-        return fut.value()
-    return record
+    return fut
 
 
 def _run_hierarchical(state: SparseState, bucket: dist.GradBucket,
@@ -314,10 +305,11 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any) -> None:
     A Python comm hook costs DDP a Python call for every bucket and a Python
     callback when its future completes. Registered here, the same hook runs
     every call that needs Python (a bucket's first calls, a bucket DDP
-    rebuilt, hierarchical reduction, ``algo="auto"``, momentum correction,
-    Adam in the hook, a density warm-up); once a bucket's call is plain, its
-    next calls go from DDP's reducer straight to the native allreduce, while
-    the bucket holds the same parameters. Results are the same bits either
+    rebuilt, hierarchical reduction, momentum correction, Adam in the hook,
+    a density warm-up, ``algo="auto"``'s decision every ``auto_interval``
+    calls); once a bucket's call is plain, its next calls go from DDP's
+    reducer straight to the native allreduce, while the bucket holds the
+    same parameters. Results are the same bits either
     way. For a hook that is not one of ``HOOKS`` (or ``sparse_hook``) with a
     :class:`SparseState`, this is ``ddp.register_comm_hook`` itself. A state
     registered again (a model wrapped in a new DDP) serves the new model in

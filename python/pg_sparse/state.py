@@ -449,14 +449,15 @@ class SparseState(OptimizerInHook):
         return self._iteration + (native.iterations if native is not None else 0)
 
     def _serve_natively(self, index: int, bucket: Any,
-                        params: Sequence[torch.Tensor] | None) -> None:
+                        params: Sequence[torch.Tensor] | None, budget: int = -1) -> None:
         """After a plain call of bucket ``index`` (its layout as the state's,
         no per-call Python option): let the C++ hook, if registered, run its
-        next calls while DDP's bucket holds the same ``params``."""
+        next calls (``budget`` of them, -1: no limit) while DDP's bucket
+        holds the same ``params``."""
         if self._native_table is None or not params or self.density_warmup_steps \
-                or index in self._applied_density:
+                or index in self._applied_density or budget == 0:
             return
-        self._native_table.set(index, bucket, list(params))
+        self._native_table.set(index, bucket, list(params), budget)
 
     def _take_saved(self, index: int, numel: int,
                     layout: tuple[tuple[int, int], ...] | None) -> dict[str, Any] | None:

@@ -74,5 +74,6 @@ def test_choices_in_a_real_job(tmp_path):
     for rank in range(2):
         for line in ("fast link dense", "slow link sparse", "density range chose",
                      "switched to dense",
+                     "C++ hook served the calls between decisions, same bits (cpu)",
                      "measured alpha"):
             assert f"rank {rank}: {line}" in text, text[-3000:]

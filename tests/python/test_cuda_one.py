@@ -45,3 +45,17 @@ def test_hierarchy_on_one_gpu(tmp_path):
     from test_hierarchy import WORKER, assert_two_nodes_ok
 
     assert_two_nodes_ok(run_torchrun(WORKER, 4, tmp_path, "cuda", timeout=240))
+
+
+def test_auto_native_on_one_gpu(tmp_path):
+    """algo="auto" through the C++ hook on CUDA tensors, 2 ranks sharing the
+    GPU (tests/python/workers/auto.py with ``cuda``): the calls between
+    decisions run natively, the decisions still switch, and training gives
+    the Python hook's bits."""
+    from conftest import run_torchrun
+    from test_auto import WORKER
+
+    text = run_torchrun(WORKER, 2, tmp_path, "cuda", timeout=240)
+    for rank in range(2):
+        assert f"rank {rank}: C++ hook served the calls between decisions, same bits " \
+               "(cuda)" in text, text[-3000:]

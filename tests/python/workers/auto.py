@@ -9,6 +9,7 @@ must be the same on every rank."""
 from __future__ import annotations
 
 import copy
+import sys
 
 import torch
 import torch.distributed as dist
@@ -79,6 +80,55 @@ def run(state: pg_sparse.SparseState, oracle, steps: int, prepare=None):
     return ddp.module, calls
 
 
+def train(state: pg_sparse.SparseState, steps: int, native: bool,
+          device: torch.device) -> torch.nn.Module:
+    """Train ``steps`` steps on ``device`` with ``sparse_hook`` registered
+    through the C++ hook (``native``) or as a plain Python hook."""
+    ddp = DDP(model().to(device))
+    if native:
+        pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.sparse_hook)
+    else:
+        ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(50 + dist.get_rank())
+    for _ in range(steps):
+        ddp(torch.randn(16, 40, generator=gen).to(device)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    return ddp.module
+
+
+def check_native(rank: int, device: torch.device) -> None:
+    """Through the C++ hook the calls between decisions run natively, the
+    decisions still come every auto_interval calls (in Python), and training
+    gives the Python hook's bits: on a slow link (sparse throughout) and with
+    the model proven wrong (sparse, then dense from the fourth call, as the
+    Python path above checks call by call). Python runs the first call, the
+    second (DDP rebuilds its buckets after its first iteration) and each
+    decision (calls 4 and 7); the C++ hook the others."""
+    for link, steps, native_calls, last_dense in (((1e-9, 1e3), 8, 4, 0),
+                                                   ((1e-12, 1e10), 6, 3, 1)):
+        models, states = [], []
+        for native in (False, True):
+            st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=link,
+                                       auto_interval=3)
+            st._auto.select_s = 0.0
+            models.append(train(st, steps, native, device))
+            states.append(st)
+        st = states[1]
+        assert st._native_table.calls == native_calls, st._native_table.calls
+        assert st._auto.calls_of(0) == steps, st._auto.calls_of(0)
+        s = st.stats()[0]
+        assert s["dense"] == last_dense and s["auto_dense"] == last_dense, s
+        assert s["auto_measured_s"] == s["auto_measured_s"], s  # decided: not NaN
+        if last_dense:
+            assert st._buckets[0].residual().abs().sum() == 0
+        for p, q in zip(models[0].parameters(), models[1].parameters()):
+            assert torch.equal(p, q), (p - q).abs().max()
+    print(f"rank {rank}: C++ hook served the calls between decisions, same bits "
+          f"({device.type})", flush=True)
+
+
 def same_on_every_rank(values: list[float]) -> None:
     t = torch.tensor(values, dtype=torch.float64)
     lo, hi = t.clone(), t.clone()
@@ -90,6 +140,10 @@ def same_on_every_rank(values: list[float]) -> None:
 def main() -> None:
     dist.init_process_group("sparse")
     rank = dist.get_rank()
+    if sys.argv[1:] == ["cuda"]:  # the ranks share GPU 0 (staged transport)
+        check_native(rank, torch.device("cuda", 0))
+        dist.destroy_process_group()
+        return
     oracle = dist.new_group(backend="gloo")
 
     # A fast link: dense everywhere, as plain DDP on gloo.
@@ -158,6 +212,8 @@ def main() -> None:
     print(f"rank {rank}: switched to dense after 3 sparse calls "
           f"(prediction error {s['auto_error']:+.0f})", flush=True)
 
+    check_native(rank, torch.device("cpu"))
+
     # Measured link: positive, and the same on every rank.
     st = pg_sparse.SparseState(algo="auto", density=0.05)
     run(st, oracle, 3)
@@ -175,7 +231,7 @@ def main() -> None:
     _, calls = run(st2, oracle, 2)
     assert [d for d, _, _ in calls] == [0, 0], calls  # sparse, no new warm-up
     assert st2._auto.buckets[0].algo == st._auto.buckets[0].algo
-    assert st2._auto.buckets[0].calls == 5, st2._auto.buckets[0].calls
+    assert st2._auto.calls_of(0) == 5, st2._auto.calls_of(0)
     print(f"rank {rank}: measured alpha {link.alpha_s * 1e6:.1f} us, "
           f"beta {link.beta_bytes_s / 1e9:.2f} GB/s; restored", flush=True)
     dist.destroy_process_group()
