@@ -16,6 +16,15 @@ window of calls, its measured time (the core's own, slowest rank) replaces
 the model's by a per-method scale, and the prediction error is kept for the
 stats. Every input is the maximum over ranks, so every rank decides alike.
 
+Where the group spans several nodes of several ranks each (local_size or
+LOCAL_WORLD_SIZE), alpha and beta are also measured per link class: inside a
+node (the node groups) and across nodes (the cross-node groups of every
+local rank at once, so they share the node's network as a sparse exchange
+does). A sparse method's bytes then split over its peers: the share
+(L - 1)/(P - 1) inside the node at that class's beta, the rest across at the
+cross-node beta, the two in parallel. The dense ring keeps the whole group's
+measurement, which is what a ring over the nodes' boundaries sees.
+
 The native bucket's sparse algorithm is fixed when it is created (the
 candidates' predictions at that point); later decisions choose between it
 and dense (``pgs_bucket_set_dense``: a dense call sends the residual with
@@ -34,7 +43,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _hierarchy
 
 CANDIDATES = ("oktopk", "topka", "gtopk", "gaussiank", "topkdsa")
 INTERVAL = 100  # calls of a bucket between two decisions, by default
@@ -83,9 +92,28 @@ class Link:
     beta_bytes_s: float
 
 
-def predict(method: str, p: int, n: int, k: int, link: Link, select_s: float) -> float:
-    """Modelled seconds of one call of ``method`` on a bucket of n values."""
-    wire = rounds(method, p) * link.alpha_s + 4.0 * words(method, p, n, k) / link.beta_bytes_s
+@dataclass
+class LinkClasses:
+    """The links of a group over several nodes: inside a node and across
+    nodes (the per-rank share when every local rank sends at once)."""
+
+    local_size: int  # L: ranks per node
+    intra: Link
+    cross: Link
+
+
+def predict(method: str, p: int, n: int, k: int, link: Link, select_s: float,
+            classes: LinkClasses | None = None) -> float:
+    """Modelled seconds of one call of ``method`` on a bucket of n values
+    (a sparse method's bytes split over the link classes where given)."""
+    sent = 4.0 * words(method, p, n, k)
+    if method == "dense" or classes is None or p < 2:
+        wire = sent / link.beta_bytes_s
+    else:
+        across = (p - classes.local_size) / (p - 1)  # the share of peers on other nodes
+        wire = max((1.0 - across) * sent / classes.intra.beta_bytes_s,
+                   across * sent / classes.cross.beta_bytes_s)
+    wire += rounds(method, p) * link.alpha_s
     return wire if method == "dense" else wire + select_s * n
 
 
@@ -124,6 +152,25 @@ def measure_link(group: Any, device: torch.device) -> Link:
     r = rounds("dense", p) or 1.0
     sent = 4.0 * words("dense", p, _PROBE_VALUES, 0) or 4.0 * _PROBE_VALUES
     return Link(alpha_s=t_small / r, beta_bytes_s=sent / max(t_big - t_small, 1e-9))
+
+
+def measure_classes(local_size: int | None, group: Any,
+                    device: torch.device) -> LinkClasses | None:
+    """alpha and beta inside a node and across nodes (every node's and every
+    local rank's group measured at once; the slowest over all ranks), or
+    None unless ``group`` is the world over several nodes of several ranks
+    each. Collective over the world: it creates the node and cross-node
+    groups."""
+    world = dist.get_world_size()
+    if dist.get_world_size(group) != world or \
+            _hierarchy.resolve("auto", local_size) != "node":
+        return None
+    topo = _hierarchy.build(local_size, gather=False)
+    intra = measure_link(topo.node_group, device)
+    cross = measure_link(topo.cross_group, device)
+    a_in, t_in, a_x, t_x = _agreed([intra.alpha_s, 1.0 / intra.beta_bytes_s,
+                                    cross.alpha_s, 1.0 / cross.beta_bytes_s], group)
+    return LinkClasses(topo.local_size, Link(a_in, 1.0 / t_in), Link(a_x, 1.0 / t_x))
 
 
 def measure_select(grad: torch.Tensor, k: int, group: Any) -> float:
@@ -172,11 +219,14 @@ class AutoChooser:
 
     def __init__(self, candidates: tuple[str, ...], interval: int,
                  link: tuple[float, float] | None,
-                 density_range: tuple[float, float] | None = None) -> None:
+                 density_range: tuple[float, float] | None = None,
+                 local_size: int | None = None) -> None:
         self.candidates = candidates
         self.interval = interval
         self.density_range = density_range
+        self.local_size = local_size
         self.link = None if link is None else Link(float(link[0]), float(link[1]))
+        self.classes: LinkClasses | None = None  # measured with the link
         self.select_s: float | None = None
         self.buckets: dict[int, BucketChoice] = {}
 
@@ -194,12 +244,13 @@ class AutoChooser:
         n = grad.numel()
         if self.link is None:
             self.link = measure_link(group, grad.device)
+            self.classes = measure_classes(self.local_size, group, grad.device)
         if self.select_s is None:
             self.select_s = measure_select(grad, max(1, round(density * n)), group)
         p = dist.get_world_size(group)
         d = self._density_for(n, p, density)
         k = max(1, round(d * n))
-        pred = {m: predict(m, p, n, k, self.link, self.select_s)
+        pred = {m: predict(m, p, n, k, self.link, self.select_s, self.classes)
                 for m in ("dense", *self.candidates)}
         algo = min(self.candidates, key=lambda m: pred[m])
         self.buckets[index] = BucketChoice(algo, pred["dense"] <= pred[algo], d, pred)
@@ -214,7 +265,8 @@ class AutoChooser:
             return density
         lo, hi = self.density_range
         grid = [lo * (hi / lo) ** (i / (_DENSITY_POINTS - 1)) for i in range(_DENSITY_POINTS)]
-        best = {d: min(predict(m, p, n, max(1, round(d * n)), self.link, self.select_s)
+        best = {d: min(predict(m, p, n, max(1, round(d * n)), self.link, self.select_s,
+                               self.classes)
                        for m in self.candidates) for d in grid}
         fastest = min(best.values())
         return max(d for d, t in best.items() if t <= _DENSITY_SLACK * fastest)
@@ -277,6 +329,12 @@ class AutoChooser:
                "auto_predicted_s": c.expected(c.method()),
                "auto_measured_s": c.measured_s, "auto_error": c.error}
         out.update({f"auto_model_{m}_s": v for m, v in c.predicted.items()})
+        links = {"": self.link} if self.link is not None else {}
+        if self.classes is not None:
+            links.update({"intra_": self.classes.intra, "cross_": self.classes.cross})
+        for name, link in links.items():
+            out[f"auto_{name}alpha_s"] = link.alpha_s
+            out[f"auto_{name}beta_bytes_s"] = link.beta_bytes_s
         return out
 
     def saved(self, index: int) -> dict[str, Any] | None:
@@ -294,7 +352,8 @@ def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
                 interval: int = INTERVAL, link: tuple[float, float] | None = None,
                 hierarchy: str = "flat", precondition: str | None = None,
                 density_range: Sequence[float] | None = None,
-                density_schedule: bool = False) -> AutoChooser | None:
+                density_schedule: bool = False,
+                local_size: int | None = None) -> AutoChooser | None:
     """The chooser of ``SparseState(algo="auto")`` (None for another algo),
     its settings checked."""
     if density_range is not None and algo != "auto":
@@ -324,4 +383,4 @@ def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
     if hierarchy != "flat" or precondition:
         raise ValueError("pg_sparse: algo='auto' runs flat, without precondition")
     return AutoChooser(tuple(candidates), interval, link,
-                       None if density_range is None else tuple(density_range))
+                       None if density_range is None else tuple(density_range), local_size)

@@ -148,9 +148,10 @@ def resolve(hierarchy: str, local_size: int | None) -> str:
     return "node" if 1 < size < world and world % size == 0 else "flat"
 
 
-def build(local_size: int | None) -> Topology:
+def build(local_size: int | None, gather: bool = True) -> Topology:
     """Create the node and cross-node groups (collective over the world:
-    every rank creates every group, in the same order)."""
+    every rank creates every group, in the same order); without ``gather``
+    the allgathers' group is the node group itself (no group of its own)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     size = local_size_of(local_size)
     if size < 1 or world % size:
@@ -159,7 +160,8 @@ def build(local_size: int | None) -> Topology:
     node_group = gather_group = cross_group = None
     for node in range(nodes):
         members = list(range(node * size, (node + 1) * size))
-        g, h = dist.new_group(members), dist.new_group(members)
+        g = dist.new_group(members)
+        h = dist.new_group(members) if gather else g
         if rank // size == node:
             node_group, gather_group = g, h
     for local in range(size):

@@ -42,13 +42,17 @@ class SparseState(OptimizerInHook):
             per-algorithm hooks set it, ``sparse_hook`` uses "oktopk");
             ``"auto"`` (with ``sparse_hook``) chooses per bucket: the
             group's latency and bandwidth are measured on the first call
-            and the selection cost on each bucket's first gradient, the
+            (also per link class, inside a node and across nodes, when the
+            world spans several nodes of ``local_size`` ranks) and the
+            selection cost on each bucket's first gradient, the
             sparse algorithm of ``auto_algos`` predicted fastest is the
             bucket's, and every ``auto_interval`` calls the bucket runs dense
             or sparse, whichever is predicted faster (measured times
             correct the model; a switch to dense sends the residual along).
             ``stats()`` reports the choice (``auto_dense``), the model's
-            times and the prediction error (``auto_error``).
+            times, the prediction error (``auto_error``) and the measured
+            links (``auto_alpha_s``, ``auto_beta_bytes_s``, and with link
+            classes ``auto_intra_*`` and ``auto_cross_*``).
         auto_algos: the sparse candidates of ``algo="auto"``.
         auto_interval: calls of a bucket between two of its decisions.
         auto_link: ``(alpha, beta)``: seconds per message round and bytes per
@@ -155,8 +159,9 @@ class SparseState(OptimizerInHook):
             cross the slow links; ``"auto"`` is ``"node"`` when there are
             several nodes of several ranks. Needs the world group and plain
             error feedback (no momentum or precondition).
-        local_size: ranks per node for ``hierarchy``; default
-            LOCAL_WORLD_SIZE. Ranks must be numbered node by node.
+        local_size: ranks per node for ``hierarchy`` and for the link
+            classes of ``algo="auto"``; default LOCAL_WORLD_SIZE. Ranks
+            must be numbered node by node.
         max_grad_norm: with ``precondition="adam"``, clip the gradient Adam
             sees to this L2 norm per bucket (0: off): the averaged gradient
             on a dense call, as ``clip_grad_norm_`` does when the model fits
@@ -212,7 +217,7 @@ class SparseState(OptimizerInHook):
                              f"choose one of {(*ALGORITHMS, 'auto')}")
         self._auto = _auto.chooser_for(algo, auto_algos, auto_interval, auto_link,
                                        hierarchy, precondition, auto_density,
-                                       bool(density_warmup_steps))
+                                       bool(density_warmup_steps), local_size)
         if estimator is not None and estimator not in ESTIMATORS:
             raise ValueError(f"pg_sparse: unknown estimator {estimator!r}; choose one of "
                              f"{tuple(ESTIMATORS)}")
@@ -564,7 +569,8 @@ class SparseState(OptimizerInHook):
             self.adam_select = "gradient"
         if self.algo == "auto" and self._auto is None:  # unpickled: defaults
             self._auto = _auto.chooser_for("auto", hierarchy=self.hierarchy,
-                                           precondition=self.precondition)
+                                           precondition=self.precondition,
+                                           local_size=self.local_size)
         self._iteration = int(state.get("iteration", 0))
         if self._native_table is not None:  # Python sees every bucket again
             self._native_table.clear()

@@ -31,6 +31,25 @@ def test_model_matches_the_formulas():
         min(_auto.predict(a, p, n, k, fast, 2e-9) for a in _auto.CANDIDATES)
 
 
+def test_link_classes_split_the_sparse_bytes():
+    """2 nodes x 2 ranks: a sparse method's bytes go 1/3 to the node's other
+    rank (fast class) and 2/3 across nodes (slow class), in parallel; dense
+    keeps the whole group's ring measurement."""
+    link = _auto.Link(alpha_s=50e-6, beta_bytes_s=125e6)
+    classes = _auto.LinkClasses(2, intra=_auto.Link(5e-6, 20e9),
+                                cross=_auto.Link(50e-6, 60e6))
+    p, n, k = 4, 1_000_000, 10_000
+    sent = 4 * 2 * k * 3  # TopkA's bytes per rank
+    topka = 1e-9 * n + 6 * 50e-6 + max(sent / 3 / 20e9, sent * 2 / 3 / 60e6)
+    assert _auto.predict("topka", p, n, k, link, 1e-9, classes) == pytest.approx(topka)
+    assert _auto.predict("dense", p, n, k, link, 1e-9, classes) == \
+        _auto.predict("dense", p, n, k, link, 1e-9)
+    # A slow intra-node class (a node whose ranks share a slow bus) decides.
+    slow_in = _auto.LinkClasses(2, intra=_auto.Link(5e-6, 1e6), cross=classes.cross)
+    assert _auto.predict("topka", p, n, k, link, 1e-9, slow_in) == \
+        pytest.approx(1e-9 * n + 6 * 50e-6 + sent / 3 / 1e6)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"auto_algos": ("dense",)}, "auto_algos"),
     ({"auto_algos": ()}, "auto_algos"),
@@ -77,3 +96,11 @@ def test_choices_in_a_real_job(tmp_path):
                      "C++ hook served the calls between decisions, same bits (cpu)",
                      "measured alpha"):
             assert f"rank {rank}: {line}" in text, text[-3000:]
+
+
+def test_link_classes_in_a_real_job(tmp_path):
+    """4 ranks as 2 nodes x 2 (local_size=2): the link classes are measured
+    and used, and a world of one node has none (4 ranks on 2 cores)."""
+    text = run_torchrun(WORKER, 4, tmp_path, "classes")
+    for rank in range(4):
+        assert f"rank {rank}: link classes measured" in text, text[-3000:]

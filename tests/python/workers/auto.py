@@ -129,6 +129,33 @@ def check_native(rank: int, device: torch.device) -> None:
           f"({device.type})", flush=True)
 
 
+def check_classes(rank: int, oracle) -> None:
+    """4 ranks as 2 nodes x 2: auto measures the links inside a node and
+    across nodes, the same on every rank, and predicts the sparse methods
+    with them (the conservation invariant checked on every call); with one
+    node there are no classes."""
+    st = pg_sparse.SparseState(algo="auto", density=0.05, local_size=2)
+    run(st, oracle, 3)
+    ch = st._auto
+    assert ch.classes is not None and ch.classes.local_size == 2, ch.classes
+    links = [ch.link, ch.classes.intra, ch.classes.cross]
+    assert all(x.alpha_s > 0 and x.beta_bytes_s > 0 for x in links), links
+    same_on_every_rank([v for x in links for v in (x.alpha_s, x.beta_bytes_s)])
+    s = st.stats()[0]
+    assert s["auto_cross_beta_bytes_s"] == ch.classes.cross.beta_bytes_s, s
+    n, k = int(s["n"]), max(1, round(0.05 * int(s["n"])))
+    for m in ("dense", *pg_sparse._auto.CANDIDATES):
+        want = pg_sparse._auto.predict(m, 4, n, k, ch.link, ch.select_s, ch.classes)
+        assert s[f"auto_model_{m}_s"] == want, (m, s)
+    one = pg_sparse.SparseState(algo="auto", density=0.05, local_size=4)
+    run(one, oracle, 1)
+    assert one._auto.classes is None and "auto_intra_beta_bytes_s" not in one.stats()[0]
+    print(f"rank {rank}: link classes measured: intra "
+          f"{ch.classes.intra.beta_bytes_s / 1e9:.2f} GB/s, cross "
+          f"{ch.classes.cross.beta_bytes_s / 1e9:.2f} GB/s, group "
+          f"{ch.link.beta_bytes_s / 1e9:.2f} GB/s", flush=True)
+
+
 def same_on_every_rank(values: list[float]) -> None:
     t = torch.tensor(values, dtype=torch.float64)
     lo, hi = t.clone(), t.clone()
@@ -145,6 +172,10 @@ def main() -> None:
         dist.destroy_process_group()
         return
     oracle = dist.new_group(backend="gloo")
+    if sys.argv[1:] == ["classes"]:  # 4 ranks
+        check_classes(rank, oracle)
+        dist.destroy_process_group()
+        return
 
     # A fast link: dense everywhere, as plain DDP on gloo.
     st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e13))
