@@ -25,10 +25,14 @@ does). A sparse method's bytes then split over its peers: the share
 cross-node beta, the two in parallel. The dense ring keeps the whole group's
 measurement, which is what a ring over the nodes' boundaries sees.
 
-The native bucket's sparse algorithm is fixed when it is created (the
-candidates' predictions at that point); later decisions choose between it
-and dense (``pgs_bucket_set_dense``: a dense call sends the residual with
-the gradient, so nothing is lost at a switch).
+The model ranks the methods; measurement picks among the close ones. Every
+method predicted within 1.5x of the fastest (at most three, dense among
+them) runs a trial of ``trial_calls`` calls on the bucket, its first call
+untimed (a new bucket's first selection, a switch's flush), and the bucket
+keeps the fastest measured. A trial of another sparse algorithm rebuilds the
+native bucket with the residual carried over. Later decisions choose between
+that algorithm and dense (``pgs_bucket_set_dense``: a dense call sends the
+residual with the gradient, so nothing is lost at a switch).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +51,9 @@ from . import _C, _hierarchy
 
 CANDIDATES = ("oktopk", "topka", "gtopk", "gaussiank", "topkdsa")
 INTERVAL = 100  # calls of a bucket between two decisions, by default
+TRIAL_CALLS = 3  # calls of each close method's trial, by default
+_TRIAL_FACTOR = 1.5  # methods predicted within this factor of the fastest are tried
+_TRIAL_MAX = 3  # and at most this many (the model's pick first)
 _PROBE_VALUES = 1 << 20  # 4 MB: bandwidth-bound on any link slower than memory
 _HYSTERESIS = 0.9  # switch only for a predicted gain above 10%
 # With a density range: the densest choice predicted within this factor of
@@ -206,6 +213,9 @@ class BucketChoice:
     window: list[float] = field(default_factory=list)  # this choice's call times
     measured_s: float = float("nan")  # last window's median (slowest rank)
     error: float = float("nan")  # measured / predicted - 1 of the last window
+    trials: list[str] = field(default_factory=list)  # methods still to try, in order
+    trying: bool = False  # the current method is on trial
+    measured: dict[str, float] = field(default_factory=dict)  # trials' medians
 
     def method(self) -> str:
         return "dense" if self.dense else self.algo
@@ -220,9 +230,10 @@ class AutoChooser:
     def __init__(self, candidates: tuple[str, ...], interval: int,
                  link: tuple[float, float] | None,
                  density_range: tuple[float, float] | None = None,
-                 local_size: int | None = None) -> None:
+                 local_size: int | None = None, trial_calls: int = TRIAL_CALLS) -> None:
         self.candidates = candidates
         self.interval = interval
+        self.trial_calls = trial_calls
         self.density_range = density_range
         self.local_size = local_size
         self.link = None if link is None else Link(float(link[0]), float(link[1]))
@@ -239,7 +250,9 @@ class AutoChooser:
                 algo=str(saved["algo"]), dense=bool(saved["dense"]),
                 density=float(saved.get("density", density)),
                 predicted=dict(saved["predicted"]), scale=dict(saved["scale"]),
-                calls=int(saved["calls"]))
+                calls=int(saved["calls"]), trials=list(saved.get("trials", [])),
+                trying=bool(saved.get("trying", False)),
+                measured=dict(saved.get("measured", {})))
             return self.buckets[index].algo
         n = grad.numel()
         if self.link is None:
@@ -253,7 +266,11 @@ class AutoChooser:
         pred = {m: predict(m, p, n, k, self.link, self.select_s, self.classes)
                 for m in ("dense", *self.candidates)}
         algo = min(self.candidates, key=lambda m: pred[m])
-        self.buckets[index] = BucketChoice(algo, pred["dense"] <= pred[algo], d, pred)
+        ranked = sorted(("dense", *self.candidates), key=lambda m: pred[m])
+        close = [m for m in ranked if pred[m] <= _TRIAL_FACTOR * pred[ranked[0]]]
+        trials = close[1:_TRIAL_MAX] if self.trial_calls else []
+        self.buckets[index] = BucketChoice(algo, ranked[0] == "dense", d, pred,
+                                           trials=trials, trying=bool(trials))
         return algo
 
     def _density_for(self, n: int, p: int, density: float) -> float:
@@ -275,17 +292,23 @@ class AutoChooser:
         """The density chosen for bucket ``index``."""
         return self.buckets[index].density
 
-    def before_call(self, index: int, native: Any, group: Any) -> None:
-        """Apply the choice to the native bucket; every ``interval`` calls
-        decide again from the window's measured time (collective)."""
+    def before_call(self, index: int, native: Any, group: Any,
+                    rebuild: Callable[[str], Any]) -> Any:
+        """Apply the choice to the native bucket, move a trial on, and every
+        ``interval`` calls decide again from the window's measured time
+        (collective); return the native bucket for this call (``rebuild``
+        makes one of another sparse algorithm, the residual carried over)."""
         c = self.buckets[index]
         if not c.applied:  # a new (or restored) native bucket
             native.record_times(True)
             native.set_dense(c.dense)
             c.applied, c.native = True, native
-            return
+            return native
         self._drain(c)
-        if c.calls % self.interval == 0 and c.window:
+        if c.trying:
+            if len(c.window) >= max(2, self.trial_calls):
+                return self._next_trial(c, native, group, rebuild)
+        elif c.calls % self.interval == 0 and c.window:
             (c.measured_s,) = _agreed([statistics.median(c.window)], group)
             ran = c.method()
             c.error = c.measured_s / c.expected(ran) - 1.0
@@ -295,12 +318,41 @@ class AutoChooser:
                 c.dense = not c.dense
             c.window.clear()
             native.set_dense(c.dense)
+        return native
+
+    def _next_trial(self, c: BucketChoice, native: Any, group: Any,
+                    rebuild: Callable[[str], Any]) -> Any:
+        """The current trial's median (its first call left out; slowest
+        rank) into ``measured``; then the next trial's method, or after the
+        last the fastest measured one."""
+        ran = c.method()
+        (c.measured[ran],) = _agreed([statistics.median(c.window[1:])], group)
+        c.scale[ran] = c.measured[ran] / c.predicted[ran]
+        c.window.clear()
+        if c.trials:
+            method = c.trials.pop(0)
+        else:
+            c.trying = False
+            method = min(c.measured, key=lambda m: c.measured[m])
+            c.measured_s = c.measured[method]
+            c.error = c.measured_s / c.predicted[method] - 1.0
+        if method == "dense":
+            c.dense = True
+        else:
+            c.dense = False
+            if method != c.algo:
+                native = rebuild(method)
+                native.record_times(True)
+                c.algo, c.native = method, native
+        native.set_dense(c.dense)
+        return native
 
     def native_calls(self, index: int) -> int:
         """After a call of bucket ``index`` (from ``before_call`` on), the
         calls DDP's C++ hook may run before the next decision, which the
         Python hook makes."""
-        return -(self.buckets[index].calls + 1) % self.interval
+        c = self.buckets[index]
+        return 0 if c.trying else -(c.calls + 1) % self.interval
 
     @staticmethod
     def _drain(c: BucketChoice) -> None:
@@ -326,9 +378,11 @@ class AutoChooser:
         if c is None:
             return {}
         out = {"auto_dense": float(c.dense), "auto_density": c.density,
+               "auto_trying": float(c.trying),
                "auto_predicted_s": c.expected(c.method()),
                "auto_measured_s": c.measured_s, "auto_error": c.error}
         out.update({f"auto_model_{m}_s": v for m, v in c.predicted.items()})
+        out.update({f"auto_trial_{m}_s": v for m, v in c.measured.items()})
         links = {"": self.link} if self.link is not None else {}
         if self.classes is not None:
             links.update({"intra_": self.classes.intra, "cross_": self.classes.cross})
@@ -345,7 +399,8 @@ class AutoChooser:
         self._drain(c)
         return {"algo": c.algo, "dense": c.dense, "density": c.density,
                 "predicted": dict(c.predicted),
-                "scale": dict(c.scale), "calls": c.calls}
+                "scale": dict(c.scale), "calls": c.calls, "trials": list(c.trials),
+                "trying": c.trying, "measured": dict(c.measured)}
 
 
 def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
@@ -353,7 +408,8 @@ def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
                 hierarchy: str = "flat", precondition: str | None = None,
                 density_range: Sequence[float] | None = None,
                 density_schedule: bool = False,
-                local_size: int | None = None) -> AutoChooser | None:
+                local_size: int | None = None,
+                trial_calls: int = TRIAL_CALLS) -> AutoChooser | None:
     """The chooser of ``SparseState(algo="auto")`` (None for another algo),
     its settings checked."""
     if density_range is not None and algo != "auto":
@@ -374,6 +430,9 @@ def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
     if not candidates or bad:
         raise ValueError(f"pg_sparse: auto_algos must be some of {CANDIDATES}, "
                          f"got {tuple(candidates)!r}")
+    if not isinstance(trial_calls, int) or trial_calls < 0 or trial_calls == 1:
+        raise ValueError(f"pg_sparse: auto_trial_calls must be 0 (no trials) or an "
+                         f"integer >= 2 (the first call is not timed), got {trial_calls!r}")
     if not isinstance(interval, int) or interval < 1:
         raise ValueError(f"pg_sparse: auto_interval must be an integer >= 1, got {interval!r}")
     if link is not None and (len(link) != 2 or not all(
@@ -383,4 +442,5 @@ def chooser_for(algo: str | None, candidates: Sequence[str] = CANDIDATES,
     if hierarchy != "flat" or precondition:
         raise ValueError("pg_sparse: algo='auto' runs flat, without precondition")
     return AutoChooser(tuple(candidates), interval, link,
-                       None if density_range is None else tuple(density_range), local_size)
+                       None if density_range is None else tuple(density_range), local_size,
+                       trial_calls)

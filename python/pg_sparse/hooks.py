@@ -48,8 +48,9 @@ def _run(state: SparseState, bucket: dist.GradBucket,
     native, segments = state._bucket_for(index, buf, params)
     state._schedule_density(index, native)
     auto = state._auto
-    if auto is not None:
-        auto.before_call(index, native, state._group())
+    if auto is not None:  # may rebuild the bucket for a trial of another algorithm
+        native = auto.before_call(index, native, state._group(),
+                                  lambda algo: state._rebuild_for(index, buf, algo))
     if segments is None and not state.momentum and not state.precondition:
         fut = native.allreduce(buf).get_future().then(_first)
         state._count_iteration(bucket)

@@ -55,6 +55,11 @@ class SparseState(OptimizerInHook):
             classes ``auto_intra_*`` and ``auto_cross_*``).
         auto_algos: the sparse candidates of ``algo="auto"``.
         auto_interval: calls of a bucket between two of its decisions.
+        auto_trial_calls: with ``algo="auto"``, calls of each trial: every
+            method predicted within 1.5x of the fastest (at most 3, dense
+            among them) runs this many calls on the bucket (the first one
+            untimed) and the fastest measured is kept; ``stats()`` reports
+            ``auto_trial_<method>_s``. 0: the model's choice, no trials.
         auto_link: ``(alpha, beta)``: seconds per message round and bytes per
             second per rank, instead of measuring them.
         auto_density: ``(low, high)``: with ``algo="auto"``, each bucket's
@@ -211,13 +216,15 @@ class SparseState(OptimizerInHook):
                  auto_interval: int = _auto.INTERVAL,
                  auto_link: tuple[float, float] | None = None,
                  auto_density: tuple[float, float] | None = None,
+                 auto_trial_calls: int = _auto.TRIAL_CALLS,
                  estimator: str | None = None) -> None:
         if algo is not None and algo not in (*ALGORITHMS, "auto"):
             raise ValueError(f"pg_sparse: unknown algorithm {algo!r}; "
                              f"choose one of {(*ALGORITHMS, 'auto')}")
         self._auto = _auto.chooser_for(algo, auto_algos, auto_interval, auto_link,
                                        hierarchy, precondition, auto_density,
-                                       bool(density_warmup_steps), local_size)
+                                       bool(density_warmup_steps), local_size,
+                                       auto_trial_calls)
         if estimator is not None and estimator not in ESTIMATORS:
             raise ValueError(f"pg_sparse: unknown estimator {estimator!r}; choose one of "
                              f"{tuple(ESTIMATORS)}")
@@ -424,6 +431,25 @@ class SparseState(OptimizerInHook):
             return b, None
         return b, _segments(layout, mine)
 
+    def _rebuild_for(self, index: int, tensor: torch.Tensor, algo: str) -> Any:
+        """Bucket ``index``'s native state again, for ``algo`` (a trial of
+        ``algo="auto"``): the residual carried over, no warm-up, the
+        density schedule continued."""
+        old = self._buckets[index]
+        b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
+                            self._config(tensor, 0, algo))
+        if self._auto is not None and self._auto.density_of(index) != self.density:
+            b.set_density(self._auto.density_of(index))
+        if index in self._applied_density:
+            b.set_density(self._applied_density[index])
+        b.set_residual(old.residual())
+        # The schedule counts sparse calls as step - warm-up: the new step
+        # starts at 0, so its warm-up becomes minus the calls already run.
+        step = int(old.get_state()[0]["step"])
+        self._warmup_of[index] = self._warmup_of.get(index, self.warmup_steps) - step
+        self._buckets[index] = b
+        return b
+
     def _follows_layout(self, index: int) -> bool:
         """Whether bucket ``index``'s state, touched already, moves with its
         parameters when DDP repacks them: yes unless it came from a
@@ -570,7 +596,7 @@ class SparseState(OptimizerInHook):
         if self.algo == "auto" and self._auto is None:  # unpickled: defaults
             self._auto = _auto.chooser_for("auto", hierarchy=self.hierarchy,
                                            precondition=self.precondition,
-                                           local_size=self.local_size)
+                                           local_size=self.local_size)  # default trials
         self._iteration = int(state.get("iteration", 0))
         if self._native_table is not None:  # Python sees every bucket again
             self._native_table.clear()

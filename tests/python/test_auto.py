@@ -54,6 +54,8 @@ def test_link_classes_split_the_sparse_bytes():
     ({"auto_algos": ("dense",)}, "auto_algos"),
     ({"auto_algos": ()}, "auto_algos"),
     ({"auto_interval": 0}, "auto_interval"),
+    ({"auto_trial_calls": 1}, "auto_trial_calls"),
+    ({"auto_trial_calls": -1}, "auto_trial_calls"),
     ({"auto_link": (0.0, 1e9)}, "auto_link"),
     ({"hierarchy": "node"}, "runs flat"),
     ({"precondition": "adam"}, "runs flat"),
@@ -94,6 +96,7 @@ def test_choices_in_a_real_job(tmp_path):
         for line in ("fast link dense", "slow link sparse", "density range chose",
                      "switched to dense",
                      "C++ hook served the calls between decisions, same bits (cpu)",
+                     "trials measured ['gaussiank', 'topka', 'topkdsa']",
                      "measured alpha"):
             assert f"rank {rank}: {line}" in text, text[-3000:]
 

@@ -111,7 +111,7 @@ def check_native(rank: int, device: torch.device) -> None:
         models, states = [], []
         for native in (False, True):
             st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=link,
-                                       auto_interval=3)
+                                       auto_interval=3, auto_trial_calls=0)
             st._auto.select_s = 0.0
             models.append(train(st, steps, native, device))
             states.append(st)
@@ -156,6 +156,34 @@ def check_classes(rank: int, oracle) -> None:
           f"{ch.link.beta_bytes_s / 1e9:.2f} GB/s", flush=True)
 
 
+def check_trials(rank: int, oracle) -> None:
+    """Methods the model finds close are tried on the bucket and the fastest
+    measured is kept: at P = 2 on a slow link TopkA, GaussianK, TopkDSA and
+    Ok-Topk send the same words (Ok-Topk in more rounds), so the first three
+    each run a trial of 2 calls (a new native
+    bucket for each other algorithm, the residual carried over: the
+    conservation invariant is checked on every call); then through the C++
+    hook, whose calls begin after the trials."""
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                               auto_trial_calls=2)
+    _, calls = run(st, oracle, 10)
+    assert [d for d, _, _ in calls] == [1] + [0] * 9, calls
+    c = st._auto.buckets[0]
+    ranked = sorted(pg_sparse._auto.CANDIDATES, key=lambda m: c.predicted[m])
+    assert ranked[:3] == ["topka", "gaussiank", "topkdsa"], c.predicted
+    assert sorted(c.measured) == sorted(ranked[:3]), c.measured
+    assert not c.trying and c.algo == min(c.measured, key=c.measured.get), c
+    s = st.stats()[0]
+    assert s["auto_trying"] == 0 and s[f"auto_trial_{c.algo}_s"] == c.measured[c.algo], s
+    same_on_every_rank([*c.measured.values(), float(sorted(c.measured).index(c.algo))])
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                               auto_trial_calls=2)
+    train(st, 10, True, torch.device("cpu"))
+    assert not st._auto.buckets[0].trying and len(st._auto.buckets[0].measured) == 3
+    assert st._native_table.calls > 0, st._native_table.calls
+    print(f"rank {rank}: trials measured {sorted(c.measured)}, kept {c.algo}", flush=True)
+
+
 def same_on_every_rank(values: list[float]) -> None:
     t = torch.tensor(values, dtype=torch.float64)
     lo, hi = t.clone(), t.clone()
@@ -193,7 +221,8 @@ def main() -> None:
     print(f"rank {rank}: fast link dense, max diff to gloo DDP {worst:.1e}", flush=True)
 
     # A slow link: sparse after the warm-up, the algorithm the model prefers.
-    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3))
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                               auto_trial_calls=0)
     _, calls = run(st, oracle, 6)
     assert [d for d, _, _ in calls] == [1, 0, 0, 0, 0, 0], calls
     s = st.stats()[0]
@@ -208,7 +237,7 @@ def main() -> None:
     # (there dense wins the choice itself). Conservation is checked per call.
     for link, want, dense in (((1e-9, 1e3), 0.01, 0), ((1e-12, 1e13), 0.2, 1)):
         st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=link,
-                                   auto_density=(0.01, 0.2))
+                                   auto_density=(0.01, 0.2), auto_trial_calls=0)
         _, calls = run(st, oracle, 4)
         s = st.stats()[0]
         assert abs(s["auto_density"] - want) <= 1e-9 * want and s["auto_dense"] == dense, s
@@ -222,7 +251,7 @@ def main() -> None:
     # sparse calls say otherwise: after auto_interval calls the bucket
     # switches to dense, and that call sends the residual along.
     st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-12, 1e10),
-                               auto_interval=3)
+                               auto_interval=3, auto_trial_calls=0)
 
     def no_select(state):
         state._auto.select_s = 0.0
@@ -244,6 +273,7 @@ def main() -> None:
           f"(prediction error {s['auto_error']:+.0f})", flush=True)
 
     check_native(rank, torch.device("cpu"))
+    check_trials(rank, oracle)
 
     # Measured link: positive, and the same on every rank.
     st = pg_sparse.SparseState(algo="auto", density=0.05)
@@ -253,11 +283,13 @@ def main() -> None:
     same_on_every_rank([link.alpha_s, link.beta_bytes_s, st._auto.select_s])
     # A checkpoint of a sparse choice (a residual to carry) restores the
     # choice and the residual into a fresh state; conservation holds across.
-    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3))
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                               auto_trial_calls=0)
     run(st, oracle, 3)
     saved = copy.deepcopy(st.state_dict())
     assert saved["buckets"][0]["residual"].abs().sum() > 0
-    st2 = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3))
+    st2 = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                                auto_trial_calls=0)
     st2.load_state_dict(saved)
     _, calls = run(st2, oracle, 2)
     assert [d for d, _, _ in calls] == [0, 0], calls  # sparse, no new warm-up
