@@ -51,7 +51,8 @@ def test_auto_native_on_one_gpu(tmp_path):
     """algo="auto" through the C++ hook on CUDA tensors, 2 ranks sharing the
     GPU (tests/python/workers/auto.py with ``cuda``): the calls between
     decisions run natively, the decisions still switch, and training gives
-    the Python hook's bits."""
+    the Python hook's bits; trials rebuild CUDA buckets and the replicas
+    stay equal on both ranks."""
     from conftest import run_torchrun
     from test_auto import WORKER
 
@@ -59,3 +60,4 @@ def test_auto_native_on_one_gpu(tmp_path):
     for rank in range(2):
         assert f"rank {rank}: C++ hook served the calls between decisions, same bits " \
                "(cuda)" in text, text[-3000:]
+        assert f"rank {rank}: trials through the C++ hook (cuda)" in text, text[-3000:]

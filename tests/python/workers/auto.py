@@ -156,14 +156,24 @@ def check_classes(rank: int, oracle) -> None:
           f"{ch.link.beta_bytes_s / 1e9:.2f} GB/s", flush=True)
 
 
-def check_trials(rank: int, oracle) -> None:
+def check_trials(rank: int, oracle, device: torch.device) -> None:
     """Methods the model finds close are tried on the bucket and the fastest
     measured is kept: at P = 2 on a slow link TopkA, GaussianK, TopkDSA and
     Ok-Topk send the same words (Ok-Topk in more rounds), so the first three
     each run a trial of 2 calls (a new native
     bucket for each other algorithm, the residual carried over: the
     conservation invariant is checked on every call); then through the C++
-    hook, whose calls begin after the trials."""
+    hook, whose calls begin after the trials, on ``device`` (on a GPU only
+    this part: the replicas must stay equal on every rank)."""
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                               auto_trial_calls=2)
+    m = train(st, 10, True, device)
+    assert not st._auto.buckets[0].trying and len(st._auto.buckets[0].measured) == 3
+    assert st._native_table.calls > 0, st._native_table.calls
+    same_on_every_rank([float(p.double().sum()) for p in m.parameters()])
+    if device.type != "cpu":
+        print(f"rank {rank}: trials through the C++ hook ({device.type})", flush=True)
+        return
     st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
                                auto_trial_calls=2)
     _, calls = run(st, oracle, 10)
@@ -176,11 +186,6 @@ def check_trials(rank: int, oracle) -> None:
     s = st.stats()[0]
     assert s["auto_trying"] == 0 and s[f"auto_trial_{c.algo}_s"] == c.measured[c.algo], s
     same_on_every_rank([*c.measured.values(), float(sorted(c.measured).index(c.algo))])
-    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
-                               auto_trial_calls=2)
-    train(st, 10, True, torch.device("cpu"))
-    assert not st._auto.buckets[0].trying and len(st._auto.buckets[0].measured) == 3
-    assert st._native_table.calls > 0, st._native_table.calls
     print(f"rank {rank}: trials measured {sorted(c.measured)}, kept {c.algo}", flush=True)
 
 
@@ -195,11 +200,12 @@ def same_on_every_rank(values: list[float]) -> None:
 def main() -> None:
     dist.init_process_group("sparse")
     rank = dist.get_rank()
+    oracle = dist.new_group(backend="gloo")
     if sys.argv[1:] == ["cuda"]:  # the ranks share GPU 0 (staged transport)
         check_native(rank, torch.device("cuda", 0))
+        check_trials(rank, oracle, torch.device("cuda", 0))
         dist.destroy_process_group()
         return
-    oracle = dist.new_group(backend="gloo")
     if sys.argv[1:] == ["classes"]:  # 4 ranks
         check_classes(rank, oracle)
         dist.destroy_process_group()
@@ -273,7 +279,7 @@ def main() -> None:
           f"(prediction error {s['auto_error']:+.0f})", flush=True)
 
     check_native(rank, torch.device("cpu"))
-    check_trials(rank, oracle)
+    check_trials(rank, oracle, torch.device("cpu"))
 
     # Measured link: positive, and the same on every rank.
     st = pg_sparse.SparseState(algo="auto", density=0.05)
