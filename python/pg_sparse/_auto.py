@@ -336,14 +336,17 @@ class AutoChooser:
             method = min(c.measured, key=lambda m: c.measured[m])
             c.measured_s = c.measured[method]
             c.error = c.measured_s / c.predicted[method] - 1.0
+        # The bucket's sparse algorithm: the trial's, or after a dense one
+        # the fastest sparse measured (what later decisions weigh dense against).
+        sparse = method
         if method == "dense":
-            c.dense = True
-        else:
-            c.dense = False
-            if method != c.algo:
-                native = rebuild(method)
-                native.record_times(True)
-                c.algo, c.native = method, native
+            tried = [m for m in c.measured if m != "dense"]
+            sparse = c.algo if c.trying or not tried else min(tried, key=lambda m: c.measured[m])
+        if sparse != c.algo:
+            native = rebuild(sparse)
+            native.record_times(True)
+            c.algo, c.native = sparse, native
+        c.dense = method == "dense"
         native.set_dense(c.dense)
         return native
 

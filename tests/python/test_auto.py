@@ -96,7 +96,8 @@ def test_choices_in_a_real_job(tmp_path):
         for line in ("fast link dense", "slow link sparse", "density range chose",
                      "switched to dense",
                      "C++ hook served the calls between decisions, same bits (cpu)",
-                     "trials measured ['gaussiank', 'topka', 'topkdsa']",
+                     "trials measured ['gaussiank', 'topka', 'topkdsa'] and, with dense, "
+                     "['dense', 'gaussiank', 'topka']",
                      "measured alpha"):
             assert f"rank {rank}: {line}" in text, text[-3000:]
 

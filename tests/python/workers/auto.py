@@ -186,7 +186,24 @@ def check_trials(rank: int, oracle, device: torch.device) -> None:
     s = st.stats()[0]
     assert s["auto_trying"] == 0 and s[f"auto_trial_{c.algo}_s"] == c.measured[c.algo], s
     same_on_every_rank([*c.measured.values(), float(sorted(c.measured).index(c.algo))])
-    print(f"rank {rank}: trials measured {sorted(c.measured)}, kept {c.algo}", flush=True)
+    kept, first = c.algo, sorted(c.measured)
+    # Dense among the close methods (density 0.5 at P = 2: TopkA's and
+    # GaussianK's words equal dense's; no selection cost): it runs a trial
+    # too, and the bucket's sparse algorithm afterwards is the fastest sparse
+    # one measured, whichever method is kept.
+    st = pg_sparse.SparseState(algo="auto", density=0.5, auto_link=(1e-9, 1e3),
+                               auto_trial_calls=2)
+    st._auto.select_s = 0.0
+    _, calls = run(st, oracle, 10)
+    c = st._auto.buckets[0]
+    assert sorted(c.measured) == ["dense", "gaussiank", "topka"], c.measured
+    fastest = min(c.measured, key=c.measured.get)
+    sparse = min(("gaussiank", "topka"), key=c.measured.get)
+    assert not c.trying and c.dense == (fastest == "dense") and c.algo == sparse, c
+    assert calls[-1][0] == int(fastest == "dense"), calls
+    same_on_every_rank([*c.measured.values(), float(c.dense)])
+    print(f"rank {rank}: trials measured {first} and, with dense, "
+          f"{sorted(c.measured)}; kept {kept}", flush=True)
 
 
 def same_on_every_rank(values: list[float]) -> None:
