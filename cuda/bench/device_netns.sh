@@ -1,5 +1,6 @@
 # Sourced by the device jobs that emulate nodes in network namespaces
-# (docs/bench/fastpath/cpu16-stop46/job.sh, docs/bench/hierarchy-gpu/job.sh).
+# (docs/bench/fastpath/cpu16-stop46/job.sh, docs/bench/hierarchy-gpu/job.sh,
+# docs/bench/auto-gpu*/job.sh).
 # The device machines have no iproute2: the job carries its Debian packages
 # in .debs/ (`apt-get download iproute2` and its libraries; carry .debs).
 # netns_tools unpacks them, puts ip and tc wrappers first on PATH (the
@@ -31,3 +32,22 @@ W
   echo "netns ok=$ok" >> "$OUT/steps.txt"
   [ $ok = 1 ]
 }
+
+# The start the GPU network jobs share (docs/bench/auto-gpu*/job.sh): logs
+# under /tmp/logs (the caller's $OUT kept as OUT_REAL for the archive), the
+# elapsed-seconds helper el, the machine's description, the namespace tools,
+# and the extension, built once per warm machine. Returns 3 (logs archived)
+# where namespaces do not work.
+device_job_start() {
+  export OUT_REAL=$OUT OUT=/tmp/logs NCCL_NVLS_ENABLE=0
+  mkdir -p "$OUT"
+  start=$(date +%s)
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; uname -r; } \
+    > "$OUT/machine.txt" 2>&1
+  if ! netns_tools; then tar czf "$OUT_REAL/logs.tgz" -C /tmp logs; return 3; fi
+  if ls python/pg_sparse/*.so > /dev/null 2>&1; then echo "ext kept" >> "$OUT/steps.txt"; else
+    bash tests/run_gpu_tests.sh ext > "$OUT/ext.txt" 2>&1
+    echo "ext rc=$? $(el)s" >> "$OUT/steps.txt"
+  fi
+}
+el() { echo $(( $(date +%s) - start )); }

@@ -6,21 +6,15 @@
 # root with iproute2's Debian packages in .debs/ (carry).
 #   job.sh 1: the one-GPU tests of the new path, then 100 Mbit/s and 1 Gbit/s
 #   job.sh 2: unshaped and 10 Gbit/s (with pg_sparse's dense path)
-export OUT_REAL=$OUT OUT=/tmp/logs NCCL_NVLS_ENABLE=0
-mkdir -p $OUT
-start=$(date +%s)
-el() { echo $(( $(date +%s) - start )); }
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; uname -r; } > $OUT/machine.txt 2>&1
+# WARMUP: warm-up steps per method (default 3).
 source cuda/bench/device_netns.sh
-if ! netns_tools; then tar czf $OUT_REAL/logs.tgz -C /tmp logs; exit 3; fi
-if ls python/pg_sparse/*.so > /dev/null 2>&1; then echo "ext kept" >> $OUT/steps.txt; else
-  bash tests/run_gpu_tests.sh ext > $OUT/ext.txt 2>&1; echo "ext rc=$? $(el)s" >> $OUT/steps.txt; fi
+device_job_start || exit 3
 sweep() { # limit, steps, rate, methods...
   local limit=$1 steps=$2 rate=$3; shift 3
   local d=$OUT/$rate; mkdir -p $d
   PYTHONPATH=$PWD/python timeout $limit python3 -m pg_sparse.bench net run --hosts 2 --nproc-per-host 2 \
     --rate $rate --out $d -- ddp --device cuda --out $d --model mlp25m --methods "$@" \
-    --steps $steps --warmup 3 > $d/log.txt 2>&1
+    --steps $steps --warmup ${WARMUP:-3} > $d/log.txt 2>&1
   echo "$rate rc=$? $(el)s" >> $OUT/steps.txt
   grep -E "^\| (dense|oktopk|topka|gtopk|auto) " $d/ddp_mlp25m.md | cut -d'|' -f2-3,7,15- >> $OUT/summary.txt
   echo "-- $rate" >> $OUT/summary.txt

@@ -5,15 +5,8 @@
 # node's ranks on both GPUs, the link between the nodes shaped with tc at
 # four rates. Run from the repository root with iproute2's Debian packages
 # in .debs/ (carry).
-export OUT_REAL=$OUT OUT=/tmp/logs NCCL_NVLS_ENABLE=0
-mkdir -p $OUT
-start=$(date +%s)
-el() { echo $(( $(date +%s) - start )); }
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; uname -r; } > $OUT/machine.txt 2>&1
 source cuda/bench/device_netns.sh
-if ! netns_tools; then tar czf $OUT_REAL/logs.tgz -C /tmp logs; exit 3; fi
-if ls python/pg_sparse/*.so > /dev/null 2>&1; then echo "ext kept" >> $OUT/steps.txt; else
-  bash tests/run_gpu_tests.sh ext > $OUT/ext.txt 2>&1; echo "ext rc=$? $(el)s" >> $OUT/steps.txt; fi
+device_job_start || exit 3
 sweep() { # rate, methods...
   local rate=$1; shift
   local d=$OUT/$rate; mkdir -p $d
