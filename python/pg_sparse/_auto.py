@@ -55,6 +55,8 @@ TRIAL_CALLS = 3  # calls of each close method's trial, by default
 _TRIAL_FACTOR = 1.5  # methods predicted within this factor of the fastest are tried
 _TRIAL_MAX = 3  # and at most this many (the model's pick first)
 _PROBE_VALUES = 1 << 20  # 4 MB: bandwidth-bound on any link slower than memory
+_PROBE_GROWTH = 16  # 64 MB where 4 MB is not (a fast link)
+_RESOLVED = 0.25  # the probe must take this much of the one-value time longer
 _HYSTERESIS = 0.9  # switch only for a predicted gain above 10%
 # With a density range: the densest choice predicted within this factor of
 # the fastest, and the grid of densities tried (geometric, both ends in).
@@ -146,19 +148,28 @@ def _timed(fn: Any, repeats: int, cuda: bool) -> float:
 
 def measure_link(group: Any, device: torch.device) -> Link:
     """alpha and beta of ``group`` on ``device``'s tensors: one-value and
-    4 MB allreduces (a warm-up call each first), slowest rank."""
+    4 MB allreduces (a warm-up call each first), slowest rank. Where the
+    4 MB call is not clearly slower than the one-value call (NVLink, shared
+    memory), a 64 MB one is timed instead, and if even that one is not,
+    beta comes from its whole time (a lower bound) rather than from noise."""
     p = dist.get_world_size(group)
     cuda = device.type == "cuda"
     small = torch.zeros(1, device=device)
-    big = torch.zeros(_PROBE_VALUES, device=device)
     dist.all_reduce(small, group=group)
-    dist.all_reduce(big, group=group)
     t_small = _timed(lambda: dist.all_reduce(small, group=group), 5, cuda)
-    t_big = _timed(lambda: dist.all_reduce(big, group=group), 3, cuda)
-    t_small, t_big = _agreed([t_small, t_big], group)
+    values = _PROBE_VALUES
+    for grown in (False, True):
+        big = torch.zeros(values, device=device)
+        dist.all_reduce(big, group=group)
+        t_big = _timed(lambda b=big: dist.all_reduce(b, group=group), 3, cuda)
+        ts, tb = _agreed([t_small, t_big], group)  # every rank decides alike
+        resolved = tb - ts >= _RESOLVED * ts
+        if resolved or grown:
+            break
+        values *= _PROBE_GROWTH
     r = rounds("dense", p) or 1.0
-    sent = 4.0 * words("dense", p, _PROBE_VALUES, 0) or 4.0 * _PROBE_VALUES
-    return Link(alpha_s=t_small / r, beta_bytes_s=sent / max(t_big - t_small, 1e-9))
+    sent = 4.0 * words("dense", p, values, 0) or 4.0 * values
+    return Link(alpha_s=ts / r, beta_bytes_s=sent / (tb - ts if resolved else tb))
 
 
 def measure_classes(local_size: int | None, group: Any,

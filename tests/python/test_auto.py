@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import run_torchrun
 
 import pg_sparse
@@ -48,6 +49,27 @@ def test_link_classes_split_the_sparse_bytes():
     slow_in = _auto.LinkClasses(2, intra=_auto.Link(5e-6, 1e6), cross=classes.cross)
     assert _auto.predict("topka", p, n, k, link, 1e-9, slow_in) == \
         pytest.approx(1e-9 * n + 6 * 50e-6 + sent / 3 / 1e6)
+
+
+@pytest.mark.parametrize("times,probe,extra", [
+    ((20e-6, 1e-3), 1 << 20, 1e-3 - 20e-6),  # a slow link: the 4 MB probe decides
+    ((20e-6, 21e-6, 60e-6), 1 << 24, 40e-6),  # fast: the 64 MB probe decides
+    ((20e-6, 21e-6, 22e-6), 1 << 24, 22e-6),  # too fast for both: a lower bound
+])
+def test_link_probe_grows_on_fast_links(monkeypatch, times, probe, extra):
+    """beta never comes from the difference of two times within noise (it
+    gave 4e15 bytes/s over NVLink): the probe grows once, then beta is
+    bounded by the probe's whole time. The collectives are stubbed; the
+    times are what the ranks agreed on."""
+    left = list(times)
+    monkeypatch.setattr(_auto.dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(_auto.dist, "all_reduce", lambda t, **kw: None)
+    monkeypatch.setattr(_auto, "_timed", lambda fn, repeats, cuda: left.pop(0))
+    monkeypatch.setattr(_auto, "_agreed", lambda values, group: list(values))
+    link = _auto.measure_link(None, torch.device("cpu"))
+    assert not left  # exactly the probes expected were timed
+    assert link.alpha_s == pytest.approx(20e-6 / 2)
+    assert link.beta_bytes_s == pytest.approx(4 * probe / extra)  # P = 2: n words each
 
 
 @pytest.mark.parametrize("kwargs,match", [
