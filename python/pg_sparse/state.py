@@ -296,6 +296,9 @@ class SparseState(OptimizerInHook):
         # the warm-up iterations left when it was created.
         self._iteration = 0
         self._warmup_of: dict[int, int] = {}
+        # Per bucket index: sparse calls of the native buckets auto's trials
+        # replaced (the density schedule counts them).
+        self._sparse_before: dict[int, int] = {}
         # Set by hooks.register_comm_hook: the bucket indices DDP's reducer
         # runs in C++ (their iterations are counted there).
         self._native_table: Any = None
@@ -414,6 +417,7 @@ class SparseState(OptimizerInHook):
             if self._auto is not None and self._auto.density_of(index) != self.density:
                 b.set_density(self._auto.density_of(index))  # from auto_density
             self._warmup_of[index] = warmup
+            self._sparse_before.pop(index, None)
             self._applied_density.pop(index, None)
             self._scale.tensors.pop(index, None)  # a new residual is in gradient units
             mine = layout
@@ -443,10 +447,13 @@ class SparseState(OptimizerInHook):
         if index in self._applied_density:
             b.set_density(self._applied_density[index])
         b.set_residual(old.residual())
-        # The schedule counts sparse calls as step - warm-up: the new step
-        # starts at 0, so its warm-up becomes minus the calls already run.
+        # The new bucket has no warm-up (a trial follows timed calls, after
+        # it); the density schedule goes on from the sparse calls made so
+        # far (in memory only: a checkpoint's bucket starts it again).
         step = int(old.get_state()[0]["step"])
-        self._warmup_of[index] = self._warmup_of.get(index, self.warmup_steps) - step
+        done = step - self._warmup_of.get(index, self.warmup_steps)
+        self._sparse_before[index] = max(0, done) + self._sparse_before.get(index, 0)
+        self._warmup_of[index] = 0
         self._buckets[index] = b
         return b
 
@@ -523,7 +530,8 @@ class SparseState(OptimizerInHook):
         if not self.density_warmup_steps and index not in self._applied_density:
             return
         calls = int(bucket.get_state()[0]["step"])
-        d = self.density_at(calls - self._warmup_of.get(index, self.warmup_steps))
+        d = self.density_at(calls - self._warmup_of.get(index, self.warmup_steps)
+                            + self._sparse_before.get(index, 0))
         if self._applied_density.get(index) != d:
             bucket.set_density(d)
             self._applied_density[index] = d

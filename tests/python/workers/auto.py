@@ -187,6 +187,20 @@ def check_trials(rank: int, oracle, device: torch.device) -> None:
     assert s["auto_trying"] == 0 and s[f"auto_trial_{c.algo}_s"] == c.measured[c.algo], s
     same_on_every_rank([*c.measured.values(), float(sorted(c.measured).index(c.algo))])
     kept, first = c.algo, sorted(c.measured)
+    # A checkpoint in the middle of the trials: the restored state goes on
+    # with them (the residual and the trial in progress carried over).
+    st = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                               auto_trial_calls=2)
+    run(st, oracle, 4)
+    saved = copy.deepcopy(st.state_dict())
+    assert saved["buckets"][0]["auto"]["trying"] and saved["buckets"][0]["auto"]["measured"]
+    st2 = pg_sparse.SparseState(algo="auto", density=0.05, auto_link=(1e-9, 1e3),
+                                auto_trial_calls=2)
+    st2.load_state_dict(saved)
+    _, calls = run(st2, oracle, 8)
+    c2 = st2._auto.buckets[0]
+    assert [d for d, _, _ in calls] == [0] * 8 and not c2.trying, (calls, c2)
+    assert sorted(c2.measured) == first and c2.algo == min(c2.measured, key=c2.measured.get)
     # Dense among the close methods (density 0.5 at P = 2: TopkA's and
     # GaussianK's words equal dense's; no selection cost): it runs a trial
     # too, and the bucket's sparse algorithm afterwards is the fastest sparse
