@@ -8,7 +8,8 @@ values at density d (k = d n) on P ranks costs
     sparse:  c_sel n + R_a(P) alpha + 4 W_a(P, k) / beta
 
 with alpha the latency of one message round and beta the bandwidth per rank,
-both measured on the group at start-up (one-value and 4 MB allreduces), c_sel
+both measured on the group at start-up (one-value and 4 MB allreduces; 64 MB
+where the link is too fast for 4 MB to tell), c_sel
 the selection cost per value, measured on the bucket's first gradient with
 the core's own kernels (accumulate, exact k-th |x|, compaction), and R, V, W
 the algorithms' rounds and 4-byte words per rank. Once a method has run a
@@ -33,6 +34,10 @@ keeps the fastest measured. A trial of another sparse algorithm rebuilds the
 native bucket with the residual carried over. Later decisions choose between
 that algorithm and dense (``pgs_bucket_set_dense``: a dense call sends the
 residual with the gradient, so nothing is lost at a switch).
+
+Trials and decisions run in the Python hook; with ``hooks.register_comm_hook``
+the calls between them run in DDP's C++ hook (``native_calls``), and the
+native bucket records every call's time for the chooser (``_drain``).
 """
 
 from __future__ import annotations
