@@ -2,7 +2,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <deque>
 #include <utility>
 #include <vector>
 
@@ -23,9 +22,12 @@ struct SparseBucket::State {
   std::shared_ptr<CudaSide> cuda;  // set once the bucket moved to a GPU
   mutable std::mutex mutex;        // the worker's call vs. readers of the state
   pgs_stats_t last{};
-  bool record = false;                       // record_times
-  int64_t completed = 0;                     // calls since the last take_times
-  std::deque<SparseBucket::CallTime> times;  // the latest of them
+  bool record = false;    // record_times
+  int64_t completed = 0;  // calls since the last take_times
+  // The latest of them: a ring of kRecordedTimes, reserved when recording
+  // starts, so a call allocates nothing; once full, times[next] is oldest.
+  std::vector<SparseBucket::CallTime> times;
+  size_t next = 0;
   ~State() { pgs_bucket_destroy(bucket); }
 };
 
@@ -62,8 +64,13 @@ void move_to_cuda(SparseBucket::State& s, const std::shared_ptr<CudaSide>& side,
 void record_call(SparseBucket::State& s) {
   double seconds = 0;
   for (int p = 0; p < PGS_PHASE_COUNT; ++p) seconds += s.last.time_s[p];
-  if (s.times.size() == SparseBucket::kRecordedTimes) s.times.pop_front();
-  s.times.push_back({seconds, s.last.dense != 0});
+  const SparseBucket::CallTime t{seconds, s.last.dense != 0};
+  if (s.times.size() < SparseBucket::kRecordedTimes) {
+    s.times.push_back(t);
+  } else {
+    s.times[s.next] = t;
+    s.next = (s.next + 1) % SparseBucket::kRecordedTimes;
+  }
   ++s.completed;
 }
 
@@ -231,15 +238,21 @@ void SparseBucket::set_density(double density) {
 void SparseBucket::record_times(bool on) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->record = on;
+  if (on) state_->times.reserve(kRecordedTimes);
 }
 
 std::pair<int64_t, std::vector<SparseBucket::CallTime>>
 SparseBucket::take_times() {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  std::pair<int64_t, std::vector<CallTime>> out{
-      state_->completed, {state_->times.begin(), state_->times.end()}};
+  auto& ring = state_->times;
+  std::pair<int64_t, std::vector<CallTime>> out{state_->completed, {}};
+  out.second.reserve(ring.size());
+  out.second.insert(out.second.end(), ring.begin() + state_->next, ring.end());
+  out.second.insert(out.second.end(), ring.begin(),
+                    ring.begin() + state_->next);
   state_->completed = 0;
-  state_->times.clear();
+  state_->next = 0;
+  ring.clear();  // keeps the reserved ring
   return out;
 }
 

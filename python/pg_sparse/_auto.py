@@ -322,7 +322,7 @@ class AutoChooser:
             return native
         self._drain(c)
         if c.trying:
-            if len(c.window) >= max(2, self.trial_calls):
+            if len(c.window) >= self.trial_calls:  # trying: trial_calls >= 2
                 return self._next_trial(c, native, group, rebuild)
         elif c.calls % self.interval == 0 and c.window:
             (c.measured_s,) = _agreed([statistics.median(c.window)], group)

@@ -412,10 +412,7 @@ class SparseState(OptimizerInHook):
             if self._auto is not None:  # measures and predicts (collective)
                 algo = self._auto.create(index, tensor, self.density, self._group(),
                                          None if saved is None else saved.get("auto"))
-            b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
-                                self._config(tensor, warmup, algo))
-            if self._auto is not None and self._auto.density_of(index) != self.density:
-                b.set_density(self._auto.density_of(index))  # from auto_density
+            b = self._new_native(index, tensor, warmup, algo)
             self._warmup_of[index] = warmup
             self._sparse_before.pop(index, None)
             self._applied_density.pop(index, None)
@@ -435,15 +432,22 @@ class SparseState(OptimizerInHook):
             return b, None
         return b, _segments(layout, mine)
 
+    def _new_native(self, index: int, tensor: torch.Tensor, warmup: int,
+                    algo: str | None) -> Any:
+        """A native bucket for bucket ``index`` holding ``tensor`` (at the
+        density ``auto_density`` chose for it, if any)."""
+        b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
+                            self._config(tensor, warmup, algo))
+        if self._auto is not None and self._auto.density_of(index) != self.density:
+            b.set_density(self._auto.density_of(index))  # from auto_density
+        return b
+
     def _rebuild_for(self, index: int, tensor: torch.Tensor, algo: str) -> Any:
         """Bucket ``index``'s native state again, for ``algo`` (a trial of
         ``algo="auto"``): the residual carried over, no warm-up, the
         density schedule continued."""
         old = self._buckets[index]
-        b = _C.SparseBucket(self._backend(tensor.device), tensor.numel(),
-                            self._config(tensor, 0, algo))
-        if self._auto is not None and self._auto.density_of(index) != self.density:
-            b.set_density(self._auto.density_of(index))
+        b = self._new_native(index, tensor, 0, algo)
         if index in self._applied_density:
             b.set_density(self._applied_density[index])
         b.set_residual(old.residual())

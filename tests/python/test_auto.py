@@ -4,6 +4,10 @@ formulas, settings refused with clear errors, and a real 2-rank torchrun job
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -122,6 +126,34 @@ def test_choices_in_a_real_job(tmp_path):
                      "['dense', 'gaussiank', 'topka']",
                      "measured alpha"):
             assert f"rank {rank}: {line}" in text, text[-3000:]
+
+
+def test_recorded_call_times_keep_the_latest_in_order():
+    """A native bucket's record of call times (what auto drains): the count
+    of every call, and the latest 1024 (time, dense) pairs oldest first,
+    also after the ring wrapped; the dense flags follow a known pattern.
+    One rank."""
+    code = """
+        import torch, torch.distributed as dist, pg_sparse
+        dist.init_process_group("sparse", store=dist.HashStore(), rank=0, world_size=1)
+        b = pg_sparse.SparseState(warmup_steps=0).native_bucket(0, torch.zeros(64))
+        b.record_times(True)
+        flag = lambda i: i % 3 == 0
+        for n in (1100, 5):
+            for i in range(n):
+                b.set_dense(flag(i))
+                b.allreduce(torch.randn(64)).wait()
+            count, times = b.take_times()
+            assert count == n, count
+            assert [d for _, d in times] == [flag(i) for i in range(max(0, n - 1024), n)]
+            assert all(t >= 0 for t, _ in times)
+        print("ring ok")
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd="/tmp",
+                         env={k: v for k, v in os.environ.items()
+                              if not k.startswith("PG_SPARSE_")},
+                         capture_output=True, text=True, timeout=120)
+    assert "ring ok" in out.stdout, out.stdout + out.stderr[-3000:]
 
 
 def test_link_classes_in_a_real_job(tmp_path):
