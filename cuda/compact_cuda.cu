@@ -5,6 +5,7 @@
 // count, checks it on the device without a wait.
 #include <limits>
 
+#include "compact_mask_cuda.cuh"
 #include "tile_select.cuh"
 
 namespace pgs_cuda {
@@ -535,18 +536,25 @@ int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
     return PGS_ERR_UNSUPPORTED;
   if (n == 0) return none_selected(cap, count_host);
   PGS_ENTER(ops, c);
+  const Selector sel = make_selector(thr, eq_quota);
+  OnceScratch os;
+  plan_check(c, &os, sel.quota, cap, count_host);
+  const ulonglong2 *total = nullptr;
+  if (sel.quota >= n) {  // every tie: no look-back needed (compact_mask_cuda)
+    PGS_RETURN_IF(compact_by_mask(c, x, n, MaskRule{sel.gt, sel.eq},
+                                  static_cast<uint32_t>(idx_offset), idx, val,
+                                  cap, os.check, &total));
+    return finish_selection(c, total, sel.quota, cap, count_host);
+  }
   const unsigned long long ntiles = tiles_for(n);
   Carve measure(nullptr);
-  OnceScratch os;
   os.carve(measure, ntiles);
   PGS_RETURN_IF(ensure_device(&c->work, measure.bytes()));
   Carve cv(c->work.ptr);
   os.carve(cv, ntiles);
-  const Selector sel = make_selector(thr, eq_quota);
   const CompactOp op{
       x,   n,   aligned16(x), sel, static_cast<uint32_t>(idx_offset),
       idx, val, cap};
-  plan_check(c, &os, sel.quota, cap, count_host);
   PGS_RETURN_IF(tile_select_once(c, ntiles, op, os));
   return finish_selection(c, os.total, sel.quota, cap, count_host);
 }

@@ -261,6 +261,9 @@ TEST_F(CudaSelect, CompactZerosDenormalsNonfiniteUnaligned) {
     check_compact(x, 0.5f, 5, 0, n);
     check_compact(x, 0.5f, 5, 3, n, 1);
     check_compact(x, 0.5f, 5, 3, n, 3);
+    // Every tie (the two-pass form): unaligned x takes the scalar loads.
+    check_compact(x, 0.5f, -1, 3, n, 1);
+    check_compact(x, 0.5f, -1, 3, n, 3);
   }
 }
 
@@ -268,7 +271,8 @@ TEST_F(CudaSelect, CompactOverflowWritesOnlyUpToCap) {
   std::vector<float> x = tied(100000, 620, 4, 0.2);
   for (size_t cap : {size_t{0}, size_t{1}, size_t{20}, size_t{4095},
                      size_t{4096}, size_t{30000}})
-    check_compact(x, 0.5f, 1000, 0, cap);
+    for (int64_t quota : {int64_t{1000}, int64_t{-1}})
+      check_compact(x, 0.5f, quota, 0, cap);
   // Exactly the count is not an overflow.
   int64_t count = 0;
   Dev<float> d(x);
@@ -276,6 +280,11 @@ TEST_F(CudaSelect, CompactOverflowWritesOnlyUpToCap) {
                            nullptr, 0, &count),
             PGS_ERR_OVERFLOW);
   check_compact(x, 0.5f, 1000, 0, static_cast<size_t>(count));
+  ASSERT_EQ(gpu()->compact(gpu(), d.get(), x.size(), 0.5f, -1, 0, nullptr,
+                           nullptr, 0, &count),
+            PGS_ERR_OVERFLOW);
+  check_compact(x, 0.5f, -1, 0, static_cast<size_t>(count));
+  check_compact(x, 0.5f, -1, 0, static_cast<size_t>(count) - 1);
 }
 
 TEST_F(CudaSelect, CompactBadArguments) {
