@@ -541,9 +541,9 @@ int compact(const pgs_ops_t *ops, const float *x, size_t n, float thr,
   plan_check(c, &os, sel.quota, cap, count_host);
   const ulonglong2 *total = nullptr;
   if (sel.quota >= n) {  // every tie: no look-back needed (compact_mask_cuda)
-    PGS_RETURN_IF(compact_by_mask(c, x, n, MaskRule{sel.gt, sel.eq},
+    PGS_RETURN_IF(compact_by_mask(c, x, n, MaskRule{sel.gt, sel.eq}, nullptr,
                                   static_cast<uint32_t>(idx_offset), idx, val,
-                                  cap, os.check, &total));
+                                  cap, os.check, nullptr, &total));
     return finish_selection(c, total, sel.quota, cap, count_host);
   }
   const unsigned long long ntiles = tiles_for(n);

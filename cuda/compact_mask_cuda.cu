@@ -70,9 +70,10 @@ __device__ __forceinline__ float4 load_row(const float *__restrict__ x,
 // the exclusive scan over nchunks + 1 counts then ends in the total.
 __global__ void __launch_bounds__(kThreads)
     mask_count_kernel(const float *__restrict__ x, unsigned long long n,
-                      bool vec, MaskRule rule, unsigned long long nchunks,
-                      uint32_t *__restrict__ mask,
+                      bool vec, MaskRule given, const float *thr_dev,
+                      unsigned long long nchunks, uint32_t *__restrict__ mask,
                       uint32_t *__restrict__ counts) {
+  const MaskRule rule = thr_dev != nullptr ? mask_rule_at(*thr_dev) : given;
   const unsigned lane = threadIdx.x & 31;
   if (blockIdx.x == 0 && threadIdx.x == 0) counts[nchunks] = 0;
   for (unsigned long long ch = warp_id(); ch < nchunks; ch += warp_count()) {
@@ -210,8 +211,9 @@ struct MaskScratch {
 }  // namespace
 
 int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
-                    uint32_t offset, int32_t *idx, float *val, size_t cap,
-                    CountCheck check, const ulonglong2 **total) {
+                    const float *thr_dev, uint32_t offset, int32_t *idx,
+                    float *val, size_t cap, CountCheck check,
+                    ulonglong2 *total_at, const ulonglong2 **total) {
   // Counts and offsets are 32-bit: at most 2^31 elements (int32 indices).
   if (n == 0 || n > (1ull << 31)) return PGS_ERR_UNSUPPORTED;
   const unsigned long long nchunks = chunks_for(n);
@@ -222,11 +224,12 @@ int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
   Carve cv(c->work.ptr);
   PGS_RETURN_IF(ms.carve(cv, nchunks));
   const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  ulonglong2 *at = total_at != nullptr ? total_at : ms.total;
   // One warp per chunk at a time, 8 per block.
   const unsigned blocks_1 =
       grid_for(c, mask_count_kernel, nchunks * 32, 1, kThreads);
   mask_count_kernel<<<blocks_1, kThreads, 0, c->stream>>>(
-      x, n, vec, rule, nchunks, ms.mask, ms.counts);
+      x, n, vec, rule, thr_dev, nchunks, ms.mask, ms.counts);
   PGS_LAUNCHED();
   PGS_CU(cub::DeviceScan::ExclusiveSum(ms.temp, ms.temp_bytes, ms.counts,
                                        ms.offs, static_cast<int>(nchunks + 1),
@@ -234,9 +237,9 @@ int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
   const unsigned blocks_3 =
       grid_for(c, mask_write_kernel, nchunks * 32, 1, kThreads);
   mask_write_kernel<<<blocks_3, kThreads, 0, c->stream>>>(
-      x, nchunks, ms.mask, ms.offs, offset, idx, val, cap, ms.total, check);
+      x, nchunks, ms.mask, ms.offs, offset, idx, val, cap, at, check);
   PGS_LAUNCHED();
-  *total = ms.total;
+  *total = at;
   return PGS_OK;
 }
 

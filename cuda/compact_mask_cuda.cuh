@@ -18,13 +18,22 @@ struct MaskRule {
   }
 };
 
-// Queues the compaction of x[0..n) by @p rule into (idx, val), in index
-// order, the first @p cap taken (indices + @p offset); the totals (count,
-// 0) land at *total, and a planned selection's @p check is made on the
+// compact's rule at threshold thr (a NaN thr takes nothing).
+__device__ __forceinline__ MaskRule mask_rule_at(float thr) {
+  return MaskRule{thr < 0.0f ? 0.0f : thr,
+                  thr > 0.0f ? thr : __int_as_float(0x7fc00000)};
+}
+
+// Queues the compaction of x[0..n) by @p rule (or, where @p thr_dev is not
+// null, by mask_rule_at(*thr_dev), a threshold an earlier kernel wrote)
+// into (idx, val), in index order, the first @p cap taken (indices +
+// @p offset); the totals (count, 0) land at *total (at @p total_at where
+// that is not null), and a planned selection's @p check is made on the
 // device. Scratch from c->work. At most 2^31 elements.
 int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
-                    uint32_t offset, int32_t *idx, float *val, size_t cap,
-                    CountCheck check, const ulonglong2 **total);
+                    const float *thr_dev, uint32_t offset, int32_t *idx,
+                    float *val, size_t cap, CountCheck check,
+                    ulonglong2 *total_at, const ulonglong2 **total);
 
 }  // namespace pgs_cuda
 

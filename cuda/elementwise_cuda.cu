@@ -442,16 +442,33 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) partials[blockIdx.x] = t;
 }
 
-// The partials merged in a fixed order into *out.
+// The statistics of @p t as accumulate_stats returns them (out[0..6]),
+// the rejected sums in out[7]; on the host or the device, the same doubles.
+__host__ __device__ void flat_stats(const AddStats &t, size_t n,
+                                    double out[kFlatStats]) {
+  out[0] = t.count;
+  out[1] = t.sum;
+  out[2] = t.sum2;
+  out[3] = t.slog;
+  out[4] = t.count > 0.0 ? t.lo : 0.0;
+  out[5] = t.m.mean;
+  out[6] = sqrt(t.m.m2 / static_cast<double>(n));  // as mean_std
+  out[7] = t.bad;
+}
+
+// The partials merged in a fixed order into *out, and, where @p flat is
+// not null, flat_stats of them there (for a kernel that follows).
 __global__ void __launch_bounds__(kThreads)
     add_stats_final_kernel(const AddStats *partials, unsigned count,
-                           AddStats *out) {
+                           AddStats *out, size_t n, double *flat) {
   __shared__ typename BlockReduceAddStats::TempStorage tmp;
   AddStats acc{{0.0, 0.0, 0.0}, 0.0, 0.0, 0.0, 0.0, INFINITY, 0.0};
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
     acc = MergeAddStats{}(acc, partials[i]);
   const AddStats t = BlockReduceAddStats(tmp).Reduce(acc, MergeAddStats{});
-  if (threadIdx.x == 0) *out = t;
+  if (threadIdx.x != 0) return;
+  *out = t;
+  if (flat != nullptr) flat_stats(t, n, flat);
 }
 
 }  // namespace
@@ -565,6 +582,23 @@ int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
   return PGS_OK;
 }
 
+size_t add_stats_scratch_bytes(Ctx *c, size_t n) {
+  const unsigned grid = grid_for(c, add_stats_kernel, n / 4 + 1, kUnroll);
+  return (1 + grid) * sizeof(AddStats);
+}
+
+int accumulate_stats_queue(Ctx *c, float *r, const float *g, size_t n,
+                           void *scratch, double *flat) {
+  const unsigned grid = grid_for(c, add_stats_kernel, n / 4 + 1, kUnroll);
+  auto *dout = static_cast<AddStats *>(scratch);
+  add_stats_kernel<<<grid, kThreads, 0, c->stream>>>(r, g, n, dout + 1);
+  PGS_LAUNCHED();
+  add_stats_final_kernel<<<1, kThreads, 0, c->stream>>>(dout + 1, grid, dout, n,
+                                                        flat);
+  PGS_LAUNCHED();
+  return PGS_OK;
+}
+
 int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                      int64_t *nonfinite_host, double out[7]) {
   if (out == nullptr || nonfinite_host == nullptr) return PGS_ERR_INVALID;
@@ -575,25 +609,15 @@ int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
     return PGS_OK;
   }
   PGS_ENTER(ops, c);
-  const unsigned grid = grid_for(c, add_stats_kernel, n / 4 + 1, kUnroll);
   // small: the result, then the blocks' partials.
-  PGS_RETURN_IF(ensure_device(&c->small, (1 + grid) * sizeof(AddStats)));
-  auto *dout = static_cast<AddStats *>(c->small.ptr);
-  add_stats_kernel<<<grid, kThreads, 0, c->stream>>>(r, g, n, dout + 1);
-  PGS_LAUNCHED();
-  add_stats_final_kernel<<<1, kThreads, 0, c->stream>>>(dout + 1, grid, dout);
-  PGS_LAUNCHED();
+  PGS_RETURN_IF(ensure_device(&c->small, add_stats_scratch_bytes(c, n)));
+  PGS_RETURN_IF(accumulate_stats_queue(c, r, g, n, c->small.ptr, nullptr));
   void *host = nullptr;
-  PGS_RETURN_IF(read_back(c, dout, sizeof(AddStats), &host));
-  const AddStats h = *static_cast<const AddStats *>(host);
-  *nonfinite_host = static_cast<int64_t>(h.bad);
-  out[0] = h.count;
-  out[1] = h.sum;
-  out[2] = h.sum2;
-  out[3] = h.slog;
-  out[4] = h.count > 0.0 ? h.lo : 0.0;
-  out[5] = h.m.mean;
-  out[6] = sqrt(h.m.m2 / static_cast<double>(n));  // as mean_std
+  PGS_RETURN_IF(read_back(c, c->small.ptr, sizeof(AddStats), &host));
+  double flat[kFlatStats];
+  flat_stats(*static_cast<const AddStats *>(host), n, flat);
+  *nonfinite_host = static_cast<int64_t>(flat[7]);
+  for (int j = 0; j < 7; ++j) out[j] = flat[j];
   return PGS_OK;
 }
 

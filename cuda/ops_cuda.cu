@@ -260,6 +260,7 @@ extern "C" int pgs_ops_cuda_create(void *cuda_stream, int device,
   t.mean_std = pgs_cuda::mean_std;
   t.abs_stats = pgs_cuda::abs_stats;
   t.accumulate_stats = pgs_cuda::accumulate_stats;
+  t.accumulate_guess_select = pgs_cuda::accumulate_guess_select;
   t.set_sorted = pgs_cuda::set_sorted;
   t.count_regions = pgs_cuda::count_regions;
   t.kth_abs = pgs_cuda::kth_abs;

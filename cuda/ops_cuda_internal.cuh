@@ -318,6 +318,21 @@ int mean_std(const pgs_ops_t *ops, const float *x, size_t n, double *mean,
              double *std);
 int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
                      int64_t *nonfinite_host, double out[7]);
+// accumulate_stats queued, no wait: its statistics as doubles at @p flat
+// (device; out[0..6] as accumulate_stats returns them, [7] the rejected
+// sums; may be null), the blocks' partials in @p scratch
+// (add_stats_scratch_bytes).
+constexpr int kFlatStats = 8;
+size_t add_stats_scratch_bytes(Ctx *c, size_t n);
+int accumulate_stats_queue(Ctx *c, float *r, const float *g, size_t n,
+                           void *scratch, double *flat);
+
+// guess_cuda.cu
+int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,
+                            size_t n, const pgs_guess_rule_t *rule,
+                            int32_t *idx, float *val, size_t cap,
+                            int64_t *nonfinite_host, double out[7],
+                            float *thr_host, int64_t *count_host);
 
 // select_cuda.cu
 // Region bounds passed by value as a kernel parameter (P < kParamBounds

@@ -194,6 +194,21 @@ void estimator_costs_at(pgs_ops_t *ops, cudaStream_t s, int runs, size_t n) {
                    CHECK_PGS(
                        ops->accumulate_stats(ops, copy_dst, x, n, &bad, st7));
                  })},
+      // The same, the guess (SIDCo's exponential, on the device) and the
+      // list at it in the same call, one wait: a statistics estimator's
+      // whole first selection.
+      {"  + the guess and its list (one wait)",
+       median_ms(s, 3, runs,
+                 [&] {
+                   const pgs_guess_rule_t rule = {PGS_GUESS_LAPLACE,
+                                                  std::log(100.0),
+                                                  static_cast<double>(k)};
+                   float gthr = 0.0f;
+                   int64_t gcount = 0;
+                   CHECK_PGS(ops->accumulate_guess_select(
+                       ops, copy_dst, x, n, &rule, idx, val, 2 * k, &bad, st7,
+                       &gthr, &gcount));
+                 })},
       {"mean_std (gaussian, sidco_exp guess)",
        median_ms(s, 3, runs,
                  [&] { CHECK_PGS(ops->mean_std(ops, x, n, &mean, &sd)); })},

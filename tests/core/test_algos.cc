@@ -943,7 +943,7 @@ TEST_P(TransportTest, EstimatorsOnThresholdAlgorithms) {
 
 // The host table with its statistics passes counted (ctx: the counts).
 struct StatCalls {
-  int mean_std = 0, abs_stats = 0, accumulate_stats = 0;
+  int mean_std = 0, abs_stats = 0, accumulate_stats = 0, guess_select = 0;
 };
 StatCalls &calls_of(const pgs_ops_t *o) {
   return *static_cast<StatCalls *>(o->ctx);
@@ -964,10 +964,23 @@ int counted_accumulate_stats(const pgs_ops_t *o, float *r, const float *g,
   return pgs_ops_cpu()->accumulate_stats(o, r, g, n, bad, out);
 }
 
+// The add with its statistics, the guess and the list at it in one call
+// (counted as an add with statistics).
+int counted_guess_select(const pgs_ops_t *o, float *r, const float *g, size_t n,
+                         const pgs_guess_rule_t *rule, int32_t *idx, float *val,
+                         size_t cap, int64_t *bad, double out[7], float *thr,
+                         int64_t *count) {
+  ++calls_of(o).accumulate_stats;
+  ++calls_of(o).guess_select;
+  return pgs_ops_cpu()->accumulate_guess_select(o, r, g, n, rule, idx, val, cap,
+                                                bad, out, thr, count);
+}
+
 // A statistics estimator's first guess takes the statistics its accumulate
-// took (ops->accumulate_stats, where the device fuses them into the add)
-// instead of a pass of its own, and selects exactly what the separate
-// passes of a table without accumulate_stats select.
+// took (ops->accumulate_stats, where the device fuses them into the add; in
+// GaussianK ops->accumulate_guess_select, where the device also guesses and
+// selects without a host wait) instead of a pass of its own, and selects
+// exactly what the separate passes of a table without either select.
 TEST_P(TransportTest, FirstGuessTakesTheAccumulatesStatistics) {
   on_every_rank([&] {
     const size_t n = 50000;
@@ -989,6 +1002,7 @@ TEST_P(TransportTest, FirstGuessTakesTheAccumulatesStatistics) {
           ops.mean_std = counted_mean_std;
           ops.abs_stats = counted_abs_stats;
           ops.accumulate_stats = fused ? counted_accumulate_stats : nullptr;
+          ops.accumulate_guess_select = fused ? counted_guess_select : nullptr;
           Runner run(GetParam(), cfg, n, &ops);
           ASSERT_TRUE(all_ranks(run.ok())) << name;
           for (int step = 0; step < steps; ++step) {
@@ -1003,6 +1017,11 @@ TEST_P(TransportTest, FirstGuessTakesTheAccumulatesStatistics) {
         EXPECT_EQ(thrs[0], thrs[1]) << name;
         EXPECT_EQ(calls[1].accumulate_stats, steps) << name;
         EXPECT_EQ(calls[0].accumulate_stats, 0) << name;
+        // GaussianK's one-pass guesses on every call; never a multi-stage
+        // fit, nor another algorithm's guess (a threshold, no list).
+        const bool in_add =
+            algo == PGS_ALGO_GAUSSIANK && est != PGS_EST_SIDCO_GP_MS;
+        EXPECT_EQ(calls[1].guess_select, in_add ? steps : 0) << name;
         // Each call's first statistics pass is the one the add took.
         EXPECT_EQ(calls[0].mean_std + calls[0].abs_stats -
                       (calls[1].mean_std + calls[1].abs_stats),

@@ -77,6 +77,87 @@ TEST(OpsFused, AccumulateSelectMatchesTheContract) {
   }
 }
 
+// accumulate_guess_select: the add as accumulate_select gives it, a guess
+// within float rounding of its formula on moments summed here, and every
+// entry at the guess, in index order, the first cap written.
+TEST(OpsFused, AccumulateGuessSelectGuessesAndSelects) {
+  const size_t n = 20000;
+  const std::vector<float> r0 = normal(n, 31);
+  std::vector<float> g = fused_input(n, 33);
+  g[11] = 0.5f;  // no FLT_MAX: the moments stay those of the bulk
+  const FusedRef sum = fused_reference(r0, g, INFINITY);
+  double s = 0, s2 = 0, a1 = 0, cnt = 0;
+  for (float v : sum.r) {
+    s += v;
+    s2 += static_cast<double>(v) * v;
+    if (v != 0.0f) {
+      a1 += std::fabs(v);
+      cnt += 1;
+    }
+  }
+  const double mean = s / n, sd = std::sqrt(s2 / n - mean * mean);
+  const double k = 200;
+  struct Case {
+    int kind;
+    double a, want;
+  };
+  // Normal at density 0.01: z = 2.5758; Laplace: sd / sqrt 2 * ln 100. The
+  // fits only where they are defined by a closed form here: GP and gamma
+  // are checked by what they select (a positive guess, the list at it).
+  for (const Case &c :
+       {Case{PGS_GUESS_NORMAL, 2.5758293035489, std::fabs(mean) + 2.5758 * sd},
+        Case{PGS_GUESS_LAPLACE, std::log(100.0),
+             sd / std::sqrt(2.0) * std::log(100.0)},
+        Case{PGS_GUESS_GP, 0, 0}, Case{PGS_GUESS_GAMMA, 0, 0}}) {
+    const pgs_guess_rule_t rule = {c.kind, c.a, k};
+    for (size_t cap : {size_t{0}, size_t{50}, size_t{400}, size_t{3000}}) {
+      std::vector<float> r = r0;
+      std::vector<int32_t> idx(cap + 1, -7);
+      std::vector<float> val(cap + 1, -7.0f);
+      int64_t bad = -1, count = -1;
+      double out[7];
+      float thr = -1.0f;
+      ASSERT_EQ(ops()->accumulate_guess_select(ops(), r.data(), g.data(), n,
+                                               &rule, idx.data(), val.data(),
+                                               cap, &bad, out, &thr, &count),
+                PGS_OK);
+      ASSERT_TRUE(same_bits(r, sum.r));
+      EXPECT_EQ(bad, sum.bad);
+      EXPECT_NEAR(out[0], cnt, 0.5);
+      EXPECT_NEAR(out[1] / out[0], a1 / cnt, 1e-9 * a1 / cnt);
+      EXPECT_GT(thr, 0.0f) << "kind " << c.kind;
+      if (c.want > 0) {
+        EXPECT_NEAR(thr, c.want, 1e-3 * c.want) << c.kind;
+      }
+      // The guess aims at k: within 10x of it on normal data (the Laplace
+      // fit of a normal tail picks about k / 8).
+      EXPECT_GT(count, k / 10) << c.kind;
+      EXPECT_LT(count, k * 10) << c.kind;
+      const FusedRef at = fused_reference(sum.r, std::vector<float>(n), thr);
+      EXPECT_EQ(count, static_cast<int64_t>(at.idx.size())) << c.kind;
+      const size_t written = std::min(cap, at.idx.size());
+      for (size_t j = 0; j < written; ++j) {
+        EXPECT_EQ(idx[j], at.idx[j]);
+        EXPECT_EQ(bits_of(val[j]), bits_of(at.val[j]));
+      }
+      EXPECT_EQ(idx[cap], -7) << "wrote past the capacity";
+    }
+  }
+  const pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 1.0, k};
+  int64_t bad = 0, count = 0;
+  double out[7];
+  float thr = 0.0f;
+  std::vector<float> r = r0;
+  EXPECT_EQ(ops()->accumulate_guess_select(ops(), r.data(), g.data(), n,
+                                           nullptr, nullptr, nullptr, 0, &bad,
+                                           out, &thr, &count),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->accumulate_guess_select(ops(), r.data(), g.data(), n, &rule,
+                                           nullptr, nullptr, 0, &bad, out,
+                                           nullptr, &count),
+            PGS_ERR_INVALID);
+}
+
 // accumulate_kth: accumulate_select's results, and the list's k-th largest
 // |val| (by a full sort here) where the list holds it whole.
 TEST(OpsFused, AccumulateKthIsTheListsKthLargest) {

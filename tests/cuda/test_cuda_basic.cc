@@ -1,6 +1,6 @@
 // CUDA ops against the host ops: the table, memory functions and the
 // elementwise kernels (accumulate, scale, count_nonfinite, mean_std,
-// abs_stats, accumulate_stats).
+// abs_stats, accumulate_stats, accumulate_guess_select).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -20,7 +20,8 @@ TEST_F(CudaBasic, TableIsCompleteForDeviceMemory) {
   EXPECT_NE(o->ctx, nullptr);
   EXPECT_TRUE(o->alloc && o->free && o->copy && o->fill_zero && o->sync);
   EXPECT_TRUE(o->accumulate && o->scale && o->count_nonfinite && o->mean_std &&
-              o->abs_stats && o->accumulate_stats);
+              o->abs_stats && o->accumulate_stats &&
+              o->accumulate_guess_select);
   EXPECT_TRUE(o->count_regions && o->kth_abs && o->hist_abs && o->compact &&
               o->select_pairs);
   EXPECT_TRUE(o->gather && o->zero_at && o->scatter_add &&
@@ -343,6 +344,97 @@ TEST_F(CudaBasic, AccumulateStatsMatchesCpu) {
             PGS_ERR_INVALID);
   EXPECT_EQ(gpu()->accumulate_stats(gpu(), d.get(), d.get(), 4, nullptr, out),
             PGS_ERR_INVALID);
+}
+
+// ---- accumulate_guess_select ----------------------------------------------
+
+// The device's add, guess and list in one wait against the host's: the
+// sums bit for bit, the statistics as accumulate_stats, the guess equal to
+// the host's expression on the statistics the device returned (--fmad=false
+// there), and the list and count equal to the host's compact at that guess.
+void check_guess_select(const std::vector<float> &r,
+                        const std::vector<float> &g,
+                        const pgs_guess_rule_t &rule, size_t cap, size_t off) {
+  const size_t n = r.size();
+  Dev<float> dr(n + off), dg(n + off);
+  dr.put(r, off);
+  dg.put(g, off);
+  Dev<int32_t> di(std::vector<int32_t>(cap + 1, -7));
+  Dev<float> dv(std::vector<float>(cap + 1, -7.0f));
+  double got[7], want[7];
+  int64_t bad_gpu = -1, bad_cpu = -2, count = -1;
+  float thr = -1.0f;
+  const std::string at = "n=" + std::to_string(n) +
+                         " kind=" + std::to_string(rule.kind) +
+                         " cap=" + std::to_string(cap);
+  ASSERT_EQ(gpu()->accumulate_guess_select(
+                gpu(), dr.get() + off, dg.get() + off, n, &rule, di.get(),
+                dv.get(), cap, &bad_gpu, got, &thr, &count),
+            PGS_OK)
+      << at;
+  std::vector<float> sum = r;
+  ASSERT_EQ(
+      cpu()->accumulate_stats(cpu(), sum.data(), g.data(), n, &bad_cpu, want),
+      PGS_OK);
+  EXPECT_TRUE(same(dr.host(off), sum, true)) << at;
+  EXPECT_EQ(bad_gpu, bad_cpu) << at;
+  EXPECT_EQ(got[0], want[0]) << at;
+  EXPECT_NEAR(got[1], want[1], 1e-9 * (1 + std::fabs(want[1]))) << at;
+  EXPECT_NEAR(got[6], want[6], 1e-9 * want[6] + 1e-12) << at;
+  EXPECT_EQ(bits_of(thr), bits_of(pgs_guess_eval(&rule, got))) << at;
+  std::vector<int32_t> hi(cap + 1, -7);
+  std::vector<float> hv(cap + 1, -7.0f);
+  int64_t want_count = -1;
+  const int st = cpu()->compact(cpu(), sum.data(), n, thr, -1, 0, hi.data(),
+                                hv.data(), cap, &want_count);
+  ASSERT_TRUE(st == PGS_OK || st == PGS_ERR_OVERFLOW) << at;
+  EXPECT_EQ(count, want_count) << at;
+  EXPECT_TRUE(same(di.host(), hi)) << at;
+  EXPECT_TRUE(same(dv.host(), hv)) << at;
+}
+
+TEST_F(CudaBasic, AccumulateGuessSelectMatchesCpu) {
+  for (size_t n : sizes()) {
+    if (n < 1000) continue;
+    std::vector<float> r = normal(n, 90 + n), g = normal(n, 91 + n);
+    const double k = 0.01 * static_cast<double>(n);
+    const size_t room = static_cast<size_t>(2 * k);
+    for (const pgs_guess_rule_t &rule :
+         {pgs_guess_rule_t{PGS_GUESS_NORMAL, 2.5758293035489, k},
+          pgs_guess_rule_t{PGS_GUESS_LAPLACE, std::log(100.0), k},
+          pgs_guess_rule_t{PGS_GUESS_GP, 0.0, k},
+          pgs_guess_rule_t{PGS_GUESS_GAMMA, 0.0, k}}) {
+      check_guess_select(r, g, rule, room, 0);
+      if (n <= (size_t{1} << 20)) {
+        check_guess_select(r, g, rule, room / 8, 0);  // a count past cap
+        check_guess_select(r, g, rule, room, 1);      // scalar loads
+      }
+    }
+    if (n <= (size_t{1} << 20)) {
+      add_nonfinite(g, 92 + n, n / 10 + 1);  // rejected sums keep r
+      check_guess_select(r, g, {PGS_GUESS_LAPLACE, std::log(100.0), k}, room,
+                         0);
+    }
+  }
+  double out[7];
+  int64_t bad = -1, count = -1;
+  float thr = -1.0f;
+  const pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 1.0, 1.0};
+  EXPECT_EQ(
+      gpu()->accumulate_guess_select(gpu(), nullptr, nullptr, 0, &rule, nullptr,
+                                     nullptr, 0, &bad, out, &thr, &count),
+      PGS_OK);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(thr, 0.0f);
+  Dev<float> d(4);
+  EXPECT_EQ(gpu()->accumulate_guess_select(gpu(), d.get(), d.get(), 4, nullptr,
+                                           nullptr, nullptr, 0, &bad, out, &thr,
+                                           &count),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(
+      gpu()->accumulate_guess_select(gpu(), d.get(), d.get(), 4, &rule, nullptr,
+                                     nullptr, 4, &bad, out, &thr, &count),
+      PGS_ERR_INVALID);
 }
 
 }  // namespace

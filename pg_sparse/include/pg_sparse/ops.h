@@ -19,6 +19,7 @@
 #ifndef PG_SPARSE_OPS_H
 #define PG_SPARSE_OPS_H
 
+#include <pg_sparse/guess.h>
 #include <pg_sparse/status.h>
 #include <pg_sparse/types.h>
 
@@ -245,6 +246,19 @@ struct pgs_ops {
    *  guess). Optional (NULL: the caller makes the three calls). */
   int (*accumulate_stats)(const pgs_ops_t *ops, float *r, const float *g,
                           size_t n, int64_t *nonfinite_host, double out[7]);
+  /** accumulate_stats, then a first guess from those statistics and the
+   *  entries at it, with one wait at the end: *thr_host =
+   *  pgs_guess_eval(rule, out), evaluated where the statistics lie (the
+   *  device: no host round trip between the add and the selection), and
+   *  compact(r, n, *thr_host, every tie, offset 0, idx, val, cap). Unlike
+   *  compact, a count past @p cap is no error: the first cap entries are
+   *  written and *count_host is the full count. Optional (NULL: the caller
+   *  makes the calls). */
+  int (*accumulate_guess_select)(const pgs_ops_t *ops, float *r, const float *g,
+                                 size_t n, const pgs_guess_rule_t *rule,
+                                 int32_t *idx, float *val, size_t cap,
+                                 int64_t *nonfinite_host, double out[7],
+                                 float *thr_host, int64_t *count_host);
   /** fill_zero(x, n floats), then scatter_add_sorted(x, n, idx, val, m,
    *  scale), in one pass: x[i] = 0 except x[idx[j]] = 0 + scale * val[j]
    *  (so -0 lands as +0, bit for bit the two calls' result). idx is

@@ -338,6 +338,19 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
  *  last threshold, DGC's sample takes r + g at its indices. Then the
  *  accumulate lists the entries at the guess in its own pass, and the
  *  selection reads no more of the bucket where the guess lands again. */
+/** Whether this call's first guess is taken where the add's statistics
+ *  lie (ops->accumulate_guess_select, for a guess of one statistics pass):
+ *  1 and its *rule, else 0. */
+int pgs_guess_in_add(pgs_bucket_t *b, pgs_guess_rule_t *rule);
+
+/** The add with the first guess of @p rule and the entries at it, in one
+ *  table call (see pgs_guess_in_add): *thr the guess, *count the full
+ *  count of entries at it (the first @p cap written to idx, val). */
+int pgs_accumulate_guess_select(pgs_bucket_t *b, const float *grad,
+                                const pgs_guess_rule_t *rule, int32_t *idx,
+                                float *val, size_t cap, float *thr,
+                                int64_t *count);
+
 int pgs_guess_precedes_add(const pgs_bucket_t *b);
 /** That guess, for the gradient @p grad not yet added to the residual. */
 int pgs_guess_before_add(pgs_bucket_t *b, const float *grad, float *thr);

@@ -266,19 +266,38 @@ static int add_with_stats(pgs_bucket_t *b, const float *grad,
   return st;
 }
 
+/* Before an add in place with check_finite exact: the residual's bits, so
+ * a failed call puts them back. */
+static int snapshot_before_add(pgs_bucket_t *b) {
+  if (b->cfg.check_finite != PGS_FINITE_EXACT) return PGS_OK;
+  const size_t bytes = b->n * sizeof(float);
+  const int st = pgs_buf_reserve(b->ops, &b->snapshot, bytes);
+  return st != PGS_OK ? st
+                      : b->ops->copy(b->ops, b->snapshot.ptr, b->resid, bytes,
+                                     PGS_COPY_SAME);
+}
+
+int pgs_accumulate_guess_select(pgs_bucket_t *b, const float *grad,
+                                const pgs_guess_rule_t *rule, int32_t *idx,
+                                float *val, size_t cap, float *thr,
+                                int64_t *count) {
+  int st = snapshot_before_add(b);
+  if (st != PGS_OK) return st;
+  int64_t nonfinite = 0;
+  st = b->ops->accumulate_guess_select(b->ops, b->resid, grad, b->n, rule, idx,
+                                       val, cap, &nonfinite, b->add_stats, thr,
+                                       count);
+  b->add_stats_ok = 0; /* the guess took them */
+  b->call_grad = grad;
+  b->call_bad = b->cfg.check_finite && nonfinite > 0;
+  return st;
+}
+
 int pgs_accumulate_kth(pgs_bucket_t *b, const float *grad, float thr,
                        int32_t *idx, float *val, size_t cap, size_t k,
                        pgs_fused_t *res, pgs_regions_t *reg) {
-  int st = PGS_OK;
-  if (b->cfg.check_finite == PGS_FINITE_EXACT) {
-    /* The pass adds in place; a failed call puts these bits back. */
-    const size_t bytes = b->n * sizeof(float);
-    st = pgs_buf_reserve(b->ops, &b->snapshot, bytes);
-    if (st == PGS_OK)
-      st =
-          b->ops->copy(b->ops, b->snapshot.ptr, b->resid, bytes, PGS_COPY_SAME);
-    if (st != PGS_OK) return st;
-  }
+  int st = snapshot_before_add(b);
+  if (st != PGS_OK) return st;
   res->kth = -1.0f;
   res->n_gt = 0;
   if (reg != NULL) reg->counted = 0;

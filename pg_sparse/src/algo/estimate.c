@@ -106,6 +106,29 @@ static int sample_threshold(pgs_bucket_t *b, const float *x, const float *add,
                          &n_gt);
 }
 
+/* The rule of a first guess taken from one statistics pass, where the
+ * estimator has one (not the multi-stage fits, nor a sample or the last
+ * threshold): 1 and *rule, else 0. @p d is the density k / n. */
+static int guess_rule(const pgs_bucket_t *b, double d, pgs_guess_rule_t *rule) {
+  rule->a = 0.0;
+  rule->k = (double)b->k;
+  switch (b->cfg.estimator) {
+    case PGS_EST_DEFAULT:
+    case PGS_EST_GAUSSIAN:
+      rule->kind = PGS_GUESS_NORMAL;
+      rule->a = pgs_normal_two_sided_quantile(d);
+      return 1;
+    /* Laplace x with scale s has sd = s sqrt 2 and P(|x| > t) = e^(-t/s). */
+    case PGS_EST_SIDCO_EXP:
+      rule->kind = PGS_GUESS_LAPLACE;
+      rule->a = log(1.0 / d);
+      return 1;
+    case PGS_EST_SIDCO_GP: rule->kind = PGS_GUESS_GP; return 1;
+    case PGS_EST_SIDCO_GAMMA: rule->kind = PGS_GUESS_GAMMA; return 1;
+    default: return 0;
+  }
+}
+
 int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   const double d = (double)b->k / (double)b->n;
   switch (b->cfg.estimator) {
@@ -119,18 +142,29 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
     case PGS_EST_DEFAULT:
     case PGS_EST_GAUSSIAN:
     case PGS_EST_SIDCO_EXP: {
-      double mean = 0.0, sd = 0.0;
-      int st = pgs_first_mean_std(b, x, &mean, &sd);
+      double o[7] = {0};
+      int st = pgs_first_mean_std(b, x, &o[5], &o[6]);
       if (st != PGS_OK) return st;
-      /* Laplace x with scale s has sd = s sqrt 2 and P(|x| > t) = e^(-t/s). */
+      pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 0.0, 0.0};
+      (void)guess_rule(b, d, &rule);
       b->stats.estimate_stages = b->cfg.estimator == PGS_EST_SIDCO_EXP;
-      *thr = b->cfg.estimator == PGS_EST_SIDCO_EXP
-                 ? (float)(sd / sqrt(2.0) * log(1.0 / d))
-                 : (float)(fabs(mean) + pgs_normal_two_sided_quantile(d) * sd);
+      *thr = pgs_guess_eval(&rule, o);
       return PGS_OK;
     }
     default: return PGS_ERR_INVALID;
   }
+}
+
+int pgs_guess_in_add(pgs_bucket_t *b, pgs_guess_rule_t *rule) {
+  /* Also before a guess has landed: a miss then costs the list's writes
+   * (at most 2k entries) where a count would have cost none, and saves the
+   * statistics' read-back either way. */
+  if (b->ops->accumulate_guess_select == NULL || !pgs_guess_from_stats(b))
+    return 0;
+  const int ok = guess_rule(b, (double)b->k / (double)b->n, rule);
+  if (ok) /* one fit, or none (gaussian): as pgs_estimate_threshold counts */
+    b->stats.estimate_stages = rule->kind != PGS_GUESS_NORMAL;
+  return ok;
 }
 
 /* Corrections before giving up on the estimate. Gradients are

@@ -48,9 +48,18 @@ static int gaussiank_select(pgs_bucket_t *b, const pgs_first_guess_t *first,
 
 /* The accumulate, and where the first guess precedes it, the list of the
  * entries at the guess in the same pass (one pass over the bucket where
- * the guess lands: the add and the selection). */
+ * the guess lands: the add and the selection); where the guess comes from
+ * the add's statistics, the add, the guess and its list in one table call
+ * (on the device, one wait). */
 static int accumulate_guess(pgs_bucket_t *b, const float *grad,
                             pgs_first_guess_t *first, int *have_first) {
+  pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 0.0, 0.0};
+  if (pgs_guess_in_add(b, &rule)) {
+    *have_first = 1;
+    return pgs_accumulate_guess_select(
+        b, grad, &rule, pgs_block_idx(b->pairs.ptr), b->guess_val.ptr,
+        (size_t)(2 * b->k), &first->thr, &first->count);
+  }
   *have_first = pgs_guess_precedes_add(b);
   if (!*have_first) return pgs_accumulate(b, grad);
   int st = pgs_guess_before_add(b, grad, &first->thr);

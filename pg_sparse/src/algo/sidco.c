@@ -17,48 +17,6 @@ enum { SIDCO_WINDOW = 5, SIDCO_START_STAGES = 2 };
 #define SIDCO_BAND_LO 0.8
 #define SIDCO_BAND_HI 1.2
 
-typedef struct {
-  double count, mean, var, mean_log, min;
-} tail_t;
-
-static tail_t tail_of(const double o[5]) {
-  tail_t t = {o[0], 0.0, 0.0, 0.0, o[4]};
-  if (o[0] > 0.0) {
-    t.mean = o[1] / o[0];
-    t.var = fmax(o[2] / o[0] - t.mean * t.mean, 0.0);
-    t.mean_log = o[3] / o[0];
-  }
-  return t;
-}
-
-/* Exponential tail: the first stage fits a (Laplace x), later ones the
- * excess over the stage's start (the exponential has no memory). */
-static double fit_exp(const tail_t *t, double p, int first) {
-  return first ? t->mean * log(1.0 / p)
-               : t->min + (t->mean - t->min) * log(1.0 / p);
-}
-
-/* Generalized Pareto on y = a - min(a), by the method of moments:
- * xi = (1 - m^2/v) / 2, sigma = m (m^2/v + 1) / 2. */
-static double fit_gp(const tail_t *t, double p) {
-  const double m = t->mean - t->min, v = t->var;
-  if (!(m > 0.0) || !(v > 0.0)) return t->min;
-  const double r = m * m / v, xi = 0.5 * (1.0 - r), sigma = 0.5 * m * (r + 1.0);
-  if (fabs(xi) < 1e-6) return t->min + sigma * log(1.0 / p);
-  return t->min + sigma / xi * (pow(p, -xi) - 1.0);
-}
-
-/* Gamma by Minka's approximation of the shape; SIDCo's plain threshold
- * -beta (ln p + ln Gamma(alpha)); an exponential where that breaks down. */
-static double fit_gamma(const tail_t *t, double p) {
-  const double s = log(t->mean) - t->mean_log;
-  if (!(s > 0.0)) return fit_exp(t, p, 1);
-  const double alpha =
-      (3.0 - s + sqrt((s - 3.0) * (s - 3.0) + 24.0 * s)) / (12.0 * s);
-  const double eta = -(t->mean / alpha) * (log(p) + lgamma(alpha));
-  return eta > 0.0 && isfinite(eta) ? eta : fit_exp(t, p, 1);
-}
-
 static int family(pgs_estimator_t e) { /* 0 exp, 1 gp, 2 gamma then gp */
   switch (e) {
     case PGS_EST_SIDCO_GP:
@@ -74,13 +32,9 @@ int pgs_sidco_multistage(pgs_estimator_t e) {
          e == PGS_EST_SIDCO_GAMMA_GP_MS;
 }
 
-static double fit(int fam, const tail_t *t, double p, int first) {
-  if (fam == 2 && first) return fit_gamma(t, p);
-  return fam == 0 ? fit_exp(t, p, first) : fit_gp(t, p);
-}
-
-static double clamp01(double p) {
-  return p < 1e-12 ? 1e-12 : (p > 1.0 ? 1.0 : p);
+static double fit(int fam, const pgs_tail_t *t, double p, int first) {
+  if (fam == 2 && first) return pgs_fit_gamma(t, p);
+  return fam == 0 ? pgs_fit_exp(t, p, first) : pgs_fit_gp(t, p);
 }
 
 int pgs_sidco_threshold(pgs_bucket_t *b, const float *x, float *thr) {
@@ -89,11 +43,11 @@ int pgs_sidco_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   double o[5];
   int st = pgs_first_abs_stats(b, x, o);
   if (st != PGS_OK) return st;
-  tail_t t = tail_of(o);
+  pgs_tail_t t = pgs_tail_of(o);
   *thr = 0.0f;
   if (t.count < 2.0) return PGS_OK; /* (almost) nothing to pick from */
   /* The density among the nonzero entries: zeros are never picked. */
-  const double d = clamp01((double)b->k / t.count);
+  const double d = pgs_clamp01((double)b->k / t.count);
   if (pgs_sidco_multistage(e) && b->est_stages == 0)
     b->est_stages = SIDCO_START_STAGES;
   const int M = pgs_sidco_multistage(e) && d < SIDCO_FIRST ? b->est_stages : 1;
@@ -103,10 +57,10 @@ int pgs_sidco_threshold(pgs_bucket_t *b, const float *x, float *thr) {
   for (int j = 2; j <= M; ++j, ++stages) {
     st = b->ops->abs_stats(b->ops, x, b->n, (float)eta, o);
     if (st != PGS_OK) return st;
-    t = tail_of(o);
+    t = pgs_tail_of(o);
     if (t.count < 2.0) break;
     /* The last stage aims at the k entries themselves. */
-    const double p = j == M ? clamp01((double)b->k / t.count) : rho;
+    const double p = j == M ? pgs_clamp01((double)b->k / t.count) : rho;
     eta = fit(fam, &t, p, 0);
   }
   b->stats.estimate_stages = stages;

@@ -312,6 +312,7 @@ static const pgs_ops_t cpu_ops = {
     .accumulate_kth = pgs_cpu_accumulate_kth,
     .accumulate_kth_regions = pgs_cpu_accumulate_kth_regions,
     .accumulate_stats = pgs_cpu_accumulate_stats,
+    .accumulate_guess_select = pgs_cpu_accumulate_guess_select,
     .set_sorted = cpu_set_sorted,
     .unaccumulate = pgs_cpu_unaccumulate,
     .shift_idx = pgs_cpu_shift_idx,

@@ -54,6 +54,12 @@ int pgs_cpu_abs_stats(const pgs_ops_t *ops, const float *x, size_t n, float thr,
                       double out[5]);
 int pgs_cpu_accumulate_stats(const pgs_ops_t *ops, float *r, const float *g,
                              size_t n, int64_t *nonfinite_host, double out[7]);
+int pgs_cpu_accumulate_guess_select(const pgs_ops_t *ops, float *r,
+                                    const float *g, size_t n,
+                                    const pgs_guess_rule_t *rule, int32_t *idx,
+                                    float *val, size_t cap,
+                                    int64_t *nonfinite_host, double out[7],
+                                    float *thr_host, int64_t *count_host);
 
 /* Selection kernels of cpu_select.c; signatures are those of pgs_ops_t. */
 int pgs_cpu_count_regions(const pgs_ops_t *ops, const float *x, size_t n,

@@ -194,3 +194,20 @@ int pgs_cpu_accumulate_stats(const pgs_ops_t *ops, float *r, const float *g,
   if (st == PGS_OK) st = pgs_cpu_mean_std(ops, r, n, &out[5], &out[6]);
   return st;
 }
+
+/* accumulate_guess_select on the host: the calls it stands for, in order
+ * (the reference the device's one wait is tested against). */
+int pgs_cpu_accumulate_guess_select(const pgs_ops_t *ops, float *r,
+                                    const float *g, size_t n,
+                                    const pgs_guess_rule_t *rule, int32_t *idx,
+                                    float *val, size_t cap,
+                                    int64_t *nonfinite_host, double out[7],
+                                    float *thr_host, int64_t *count_host) {
+  if (rule == NULL || thr_host == NULL || count_host == NULL)
+    return PGS_ERR_INVALID;
+  int st = pgs_cpu_accumulate_stats(ops, r, g, n, nonfinite_host, out);
+  if (st != PGS_OK) return st;
+  *thr_host = pgs_guess_eval(rule, out);
+  st = pgs_cpu_compact(ops, r, n, *thr_host, -1, 0, idx, val, cap, count_host);
+  return st == PGS_ERR_OVERFLOW ? PGS_OK : st; /* the full count, cap written */
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop 49's device job: the two-pass (mask) compaction built in the tree,
+# Stop 49's device jobs: the change built in the tree (job 1: the two-pass
+# compaction; job 2: also its write pass reworked and the device's first guess),
 # HEAD before it (4669710) as an untracked archive in ab_old/ (carried).
 # CUDA tests, memcheck of the compaction tests, the parts (bench c, e) and
 # the estimators suite, the change and 4669710 alternating.
@@ -13,10 +14,11 @@ bash tests/run_gpu_tests.sh build
 timeout 300 build-gpu/tests/cuda/pgs_cuda_tests > $OUT/cuda_tests.log 2>&1
 echo "cuda tests rc=$?"; grep -E "FAILED|Failure|Expected|Which is|PASSED|tests ran" $OUT/cuda_tests.log | head -30
 PGS_CUDA_TEST_MAX_N=1048576 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 1 \
-  build-gpu/tests/cuda/pgs_cuda_tests --gtest_filter='CudaSelect.Compact*:CudaSelect.Planned*:CudaAlgoEstimators.*' > $OUT/memcheck.log 2>&1
+  build-gpu/tests/cuda/pgs_cuda_tests --gtest_filter='CudaSelect.Compact*:CudaSelect.Planned*:CudaAlgoEstimators.*:CudaBasic.Accumulate*' > $OUT/memcheck.log 2>&1
 echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log | head
 bash tests/run_gpu_tests.sh ext
 wait
+[ -n "${ONE:-}" ] && { timeout 240 bash tests/run_gpu_tests.sh one; echo "one rc=$?"; }
 tail -1 $OUT/old_ext.log
 for r in 1 2; do
   for t in new old; do
