@@ -156,11 +156,14 @@ int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
 }
 
 int pgs_guess_in_add(pgs_bucket_t *b, pgs_guess_rule_t *rule) {
-  /* Also before a guess has landed: a miss then costs the list's writes
-   * (at most 2k entries) where a count would have cost none, and saves the
-   * statistics' read-back either way. */
   if (b->ops->accumulate_guess_select == NULL || !pgs_guess_from_stats(b))
     return 0;
+  /* On the device also before a guess has landed: a miss costs the list's
+   * writes (at most 2k entries) where a count would write none, and the
+   * call saves a host round trip either way. On the host there is no round
+   * trip to save, and listing missed guesses cost GaussianK's Gaussian
+   * guess 124 -> 153 ms at 26.2M (stop 33, docs/bench/estimators-cpu/). */
+  if (!b->est_landed && b->ops->mem != PGS_MEM_DEVICE) return 0;
   const int ok = guess_rule(b, (double)b->k / (double)b->n, rule);
   if (ok) /* one fit, or none (gaussian): as pgs_estimate_threshold counts */
     b->stats.estimate_stages = rule->kind != PGS_GUESS_NORMAL;
