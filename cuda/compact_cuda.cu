@@ -3,8 +3,6 @@
 // first two in one pass over their input, merge_pairs in three). Each
 // call reads back one pair of totals, or, when the caller planned the
 // count, checks it on the device without a wait.
-#include <limits>
-
 #include "compact_mask_cuda.cuh"
 #include "tile_select.cuh"
 
@@ -75,9 +73,7 @@ namespace {
 // than quota ties precede it. Its output slot is the number of elements
 // taken before it: before1 + min(before2, quota).
 struct Selector {
-  // One compare per class: gt = max(thr, 0) (|v| > gt excludes zeros; a
-  // NaN thr stays NaN and takes nothing), eq = thr where thr > 0, else NaN
-  // (equal to nothing, so neither zeros nor a negative thr make ties).
+  // The rule of compact_mask_cuda.cuh (mask_rule_at) and a tie quota.
   float gt, eq;
   unsigned long long quota;  // ~0 for "every tie"
   __device__ __forceinline__ void flags(float v, bool &f1, bool &f2) const {
@@ -98,9 +94,8 @@ unsigned long long quota_of(int64_t eq_quota) {
 }
 
 Selector make_selector(float thr, int64_t eq_quota) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  return Selector{thr < 0.0f ? 0.0f : thr, thr > 0.0f ? thr : nan,
-                  quota_of(eq_quota)};
+  const MaskRule r = mask_rule_at(thr);
+  return Selector{r.gt, r.eq, quota_of(eq_quota)};
 }
 
 bool aligned16(const void *p) {

@@ -18,10 +18,12 @@ struct MaskRule {
   }
 };
 
-// compact's rule at threshold thr (a NaN thr takes nothing).
-__device__ __forceinline__ MaskRule mask_rule_at(float thr) {
-  return MaskRule{thr < 0.0f ? 0.0f : thr,
-                  thr > 0.0f ? thr : __int_as_float(0x7fc00000)};
+// compact's rule at threshold thr: gt = max(thr, 0) (|v| > gt excludes
+// zeros; a NaN thr stays NaN and takes nothing), eq = thr where thr > 0,
+// else NaN (equal to nothing, so neither zeros nor a negative thr make
+// ties).
+__host__ __device__ __forceinline__ MaskRule mask_rule_at(float thr) {
+  return MaskRule{thr < 0.0f ? 0.0f : thr, thr > 0.0f ? thr : nanf("")};
 }
 
 // Queues the compaction of x[0..n) by @p rule (or, where @p thr_dev is not

@@ -23,7 +23,7 @@ struct GuessOut {
 
 __global__ void guess_kernel(const double *__restrict__ stats,
                              pgs_guess_rule_t rule, float *thr) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) *thr = pgs_guess_eval(&rule, stats);
+  *thr = pgs_guess_eval(&rule, stats);  // one thread
 }
 
 }  // namespace
@@ -53,7 +53,7 @@ int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,
   auto *go = static_cast<GuessOut *>(c->small.ptr);
   PGS_RETURN_IF(accumulate_stats_queue(
       c, r, g, n, static_cast<char *>(c->small.ptr) + head, go->stats));
-  guess_kernel<<<1, 32, 0, c->stream>>>(go->stats, *rule, &go->thr);
+  guess_kernel<<<1, 1, 0, c->stream>>>(go->stats, *rule, &go->thr);
   PGS_LAUNCHED();
   const ulonglong2 *total = nullptr;
   PGS_RETURN_IF(compact_by_mask(c, r, n, MaskRule{}, &go->thr, 0, idx, val, cap,

@@ -3,9 +3,8 @@
  * evaluate: the host in C, the device in the kernel that follows the add
  * (pgs_ops.accumulate_guess_select), so a first guess needs no host round
  * trip between the add and its selection and both give the same float.
- * SIDCo's fits (Abdelmoniem et al., MLSys'21) are those of the C core's
- * algo/sidco.c, which takes its one-stage guesses and the first stage of
- * its multi-stage fits from here. */
+ * SIDCo's fits (Abdelmoniem et al., MLSys'21) live here; the C core's
+ * algo/sidco.c takes its multi-stage fits' stages from them too. */
 #ifndef PG_SPARSE_GUESS_H
 #define PG_SPARSE_GUESS_H
 

@@ -295,9 +295,10 @@ double pgs_normal_two_sided_quantile(double p);
  *  (PGS_EST_DEFAULT and PGS_EST_GAUSSIAN: mu + z sigma); never for
  *  PGS_EST_EXACT (PGS_ERR_INVALID): the caller selects exactly (estimate.c). */
 int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr);
-/* SIDCo's fits (sidco.c): the threshold guess of the sidco_gp, sidco_gamma
- * and multi-stage estimators, and the stage count's adaptation to the picks
- * a guess gave. */
+/* SIDCo's multi-stage fits (sidco.c): the threshold guess of the
+ * multi-stage estimators (the one-stage fits are pgs_guess_eval's, through
+ * pgs_estimate_threshold), and the stage count's adaptation to the picks a
+ * guess gave. */
 int pgs_sidco_threshold(pgs_bucket_t *b, const float *x, float *thr);
 int pgs_sidco_multistage(pgs_estimator_t e);
 void pgs_sidco_adapt(pgs_bucket_t *b, int64_t picks);
@@ -333,11 +334,6 @@ int pgs_banded_select(pgs_bucket_t *b, const float *x, int32_t *idx, float *val,
                       const pgs_first_guess_t *first, float *thr, int64_t *gt,
                       int64_t *eq, int64_t *m);
 
-/** Whether this call's first guess can be made before its accumulate (after
- *  a guess that landed, as pgs_banded_select selects at it): reuse's is the
- *  last threshold, DGC's sample takes r + g at its indices. Then the
- *  accumulate lists the entries at the guess in its own pass, and the
- *  selection reads no more of the bucket where the guess lands again. */
 /** Whether this call's first guess is taken where the add's statistics
  *  lie (ops->accumulate_guess_select, for a guess of one statistics pass):
  *  1 and its *rule, else 0. */
@@ -351,6 +347,11 @@ int pgs_accumulate_guess_select(pgs_bucket_t *b, const float *grad,
                                 float *val, size_t cap, float *thr,
                                 int64_t *count);
 
+/** Whether this call's first guess can be made before its accumulate (after
+ *  a guess that landed, as pgs_banded_select selects at it): reuse's is the
+ *  last threshold, DGC's sample takes r + g at its indices. Then the
+ *  accumulate lists the entries at the guess in its own pass, and the
+ *  selection reads no more of the bucket where the guess lands again. */
 int pgs_guess_precedes_add(const pgs_bucket_t *b);
 /** That guess, for the gradient @p grad not yet added to the residual. */
 int pgs_guess_before_add(pgs_bucket_t *b, const float *grad, float *thr);

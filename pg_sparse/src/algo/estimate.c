@@ -129,28 +129,37 @@ static int guess_rule(const pgs_bucket_t *b, double d, pgs_guess_rule_t *rule) {
   }
 }
 
+/* How many fits a one-pass guess makes (stats): one, or none for the
+ * Gaussian's quantile. */
+static void count_stages(pgs_bucket_t *b, const pgs_guess_rule_t *rule) {
+  b->stats.estimate_stages = rule->kind != PGS_GUESS_NORMAL;
+}
+
+/* A one-pass guess on the host: the statistics its rule reads (the add's
+ * where it took them), then pgs_guess_eval, as the device evaluates it. */
+static int one_pass_guess(pgs_bucket_t *b, const float *x,
+                          const pgs_guess_rule_t *rule, float *thr) {
+  double o[7] = {0};
+  const int moments =
+      rule->kind == PGS_GUESS_NORMAL || rule->kind == PGS_GUESS_LAPLACE;
+  const int st = moments ? pgs_first_mean_std(b, x, &o[5], &o[6])
+                         : pgs_first_abs_stats(b, x, o);
+  if (st != PGS_OK) return st;
+  count_stages(b, rule);
+  *thr = pgs_guess_eval(rule, o);
+  return PGS_OK;
+}
+
 int pgs_estimate_threshold(pgs_bucket_t *b, const float *x, float *thr) {
-  const double d = (double)b->k / (double)b->n;
+  pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 0.0, 0.0};
+  if (guess_rule(b, (double)b->k / (double)b->n, &rule))
+    return one_pass_guess(b, x, &rule, thr);
   switch (b->cfg.estimator) {
     case PGS_EST_DGC_SAMPLE: return sample_threshold(b, x, NULL, thr);
     case PGS_EST_REUSE: *thr = b->est_last_thr; return PGS_OK;
-    case PGS_EST_SIDCO_GP:
-    case PGS_EST_SIDCO_GAMMA:
     case PGS_EST_SIDCO_EXP_MS:
     case PGS_EST_SIDCO_GP_MS:
     case PGS_EST_SIDCO_GAMMA_GP_MS: return pgs_sidco_threshold(b, x, thr);
-    case PGS_EST_DEFAULT:
-    case PGS_EST_GAUSSIAN:
-    case PGS_EST_SIDCO_EXP: {
-      double o[7] = {0};
-      int st = pgs_first_mean_std(b, x, &o[5], &o[6]);
-      if (st != PGS_OK) return st;
-      pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 0.0, 0.0};
-      (void)guess_rule(b, d, &rule);
-      b->stats.estimate_stages = b->cfg.estimator == PGS_EST_SIDCO_EXP;
-      *thr = pgs_guess_eval(&rule, o);
-      return PGS_OK;
-    }
     default: return PGS_ERR_INVALID;
   }
 }
@@ -165,8 +174,7 @@ int pgs_guess_in_add(pgs_bucket_t *b, pgs_guess_rule_t *rule) {
    * guess 124 -> 153 ms at 26.2M (stop 33, docs/bench/estimators-cpu/). */
   if (!b->est_landed && b->ops->mem != PGS_MEM_DEVICE) return 0;
   const int ok = guess_rule(b, (double)b->k / (double)b->n, rule);
-  if (ok) /* one fit, or none (gaussian): as pgs_estimate_threshold counts */
-    b->stats.estimate_stages = rule->kind != PGS_GUESS_NORMAL;
+  if (ok) count_stages(b, rule);
   return ok;
 }
 
