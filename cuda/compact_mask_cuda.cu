@@ -166,11 +166,15 @@ __global__ void __launch_bounds__(kThreads)
                       unsigned long long cap, ulonglong2 *total,
                       CountCheck check) {
   const unsigned lane = threadIdx.x & 31;
+  const unsigned long long taken = offs[nchunks];
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    const unsigned long long t = offs[nchunks];
-    *total = make_ulonglong2(t, 0);
-    if (check.err != nullptr && t != check.expect)
+    *total = make_ulonglong2(taken, 0);
+    if (check.err != nullptr && taken != check.expect)
       atomicOr(check.err, kErrContract);
+  }
+  if (val == nullptr) {  // packed: the values behind the entries, if they fit
+    if (taken > cap) return;
+    val = reinterpret_cast<float *>(idx + taken);
   }
   const unsigned long long step = warp_count();
   ChunkHead h = chunk_head(mask, offs, warp_id(), nchunks, lane);

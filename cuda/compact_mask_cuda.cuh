@@ -29,7 +29,9 @@ __host__ __device__ __forceinline__ MaskRule mask_rule_at(float thr) {
 // Queues the compaction of x[0..n) by @p rule (or, where @p thr_dev is not
 // null, by mask_rule_at(*thr_dev), a threshold an earlier kernel wrote)
 // into (idx, val), in index order, the first @p cap taken (indices +
-// @p offset); the totals (count, 0) land at *total (at @p total_at where
+// @p offset; with @p val null, packed: the values at idx + the count, one
+// block [idx | val] with room for 2 cap entries, written only where the
+// count fits cap); the totals (count, 0) land at *total (at @p total_at where
 // that is not null), and a planned selection's @p check is made on the
 // device. Scratch from c->work. At most 2^31 elements.
 int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,

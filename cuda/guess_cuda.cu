@@ -37,7 +37,7 @@ int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,
       thr_host == nullptr || count_host == nullptr)
     return PGS_ERR_INVALID;
   if ((r == nullptr || g == nullptr) && n > 0) return PGS_ERR_INVALID;
-  if ((idx == nullptr || val == nullptr) && cap > 0) return PGS_ERR_INVALID;
+  if (idx == nullptr && cap > 0) return PGS_ERR_INVALID;  // val null: packed
   if (n > static_cast<size_t>(INT32_MAX) + 1) return PGS_ERR_UNSUPPORTED;
   *nonfinite_host = 0;
   *count_host = 0;

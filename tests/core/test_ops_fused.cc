@@ -1,5 +1,7 @@
 // The fused pass (accumulate_select), its undo and the pair-list helpers
 // (shift_idx, locate) of the host table, against plain loops written here.
+#include <cstring>
+
 #include "ops_test_util.h"
 
 namespace ops_test {
@@ -141,6 +143,26 @@ TEST(OpsFused, AccumulateGuessSelectGuessesAndSelects) {
         EXPECT_EQ(bits_of(val[j]), bits_of(at.val[j]));
       }
       EXPECT_EQ(idx[cap], -7) << "wrote past the capacity";
+      // Packed (val NULL): one block [idx | val], the values behind the
+      // count's entries where the count fits cap; never past 2 cap entries.
+      std::vector<int32_t> block(2 * cap + 1, -7);
+      std::vector<float> rp = r0;
+      int64_t packed_count = -1;
+      ASSERT_EQ(ops()->accumulate_guess_select(
+                    ops(), rp.data(), g.data(), n, &rule, block.data(), nullptr,
+                    cap, &bad, out, &thr, &packed_count),
+                PGS_OK);
+      EXPECT_EQ(packed_count, count) << c.kind;
+      EXPECT_EQ(block[2 * cap], -7) << "wrote past the block";
+      if (static_cast<size_t>(packed_count) <= cap) {
+        const size_t m = at.idx.size();
+        for (size_t j = 0; j < m; ++j) {
+          EXPECT_EQ(block[j], at.idx[j]);
+          float v;
+          std::memcpy(&v, &block[m + j], sizeof v);
+          EXPECT_EQ(bits_of(v), bits_of(at.val[j]));
+        }
+      }
     }
   }
   const pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 1.0, k};
@@ -155,6 +177,10 @@ TEST(OpsFused, AccumulateGuessSelectGuessesAndSelects) {
   EXPECT_EQ(ops()->accumulate_guess_select(ops(), r.data(), g.data(), n, &rule,
                                            nullptr, nullptr, 0, &bad, out,
                                            nullptr, &count),
+            PGS_ERR_INVALID);
+  EXPECT_EQ(ops()->accumulate_guess_select(ops(), r.data(), g.data(), n, &rule,
+                                           nullptr, nullptr, 4, &bad, out, &thr,
+                                           &count),
             PGS_ERR_INVALID);
 }
 

@@ -3,6 +3,7 @@
 // abs_stats, accumulate_stats, accumulate_guess_select).
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -391,6 +392,28 @@ void check_guess_select(const std::vector<float> &r,
   EXPECT_EQ(count, want_count) << at;
   EXPECT_TRUE(same(di.host(), hi)) << at;
   EXPECT_TRUE(same(dv.host(), hv)) << at;
+  // Packed (val null): the same list as one block [idx | val], the values
+  // behind the count's entries where it fits cap; never past 2 cap entries.
+  Dev<float> pr(n + off);
+  pr.put(r, off);
+  Dev<int32_t> block(std::vector<int32_t>(2 * cap + 1, -7));
+  int64_t packed_count = -1;
+  ASSERT_EQ(gpu()->accumulate_guess_select(
+                gpu(), pr.get() + off, dg.get() + off, n, &rule, block.get(),
+                nullptr, cap, &bad_gpu, got, &thr, &packed_count),
+            PGS_OK)
+      << at;
+  EXPECT_EQ(packed_count, want_count) << at;
+  const std::vector<int32_t> b = block.host();
+  EXPECT_EQ(b[2 * cap], -7) << at << " wrote past the block";
+  if (static_cast<size_t>(want_count) > cap) return;
+  const size_t m = static_cast<size_t>(want_count);
+  for (size_t j = 0; j < m; ++j) {
+    ASSERT_EQ(b[j], hi[j]) << at << " j=" << j;
+    float v;
+    std::memcpy(&v, &b[m + j], sizeof v);
+    ASSERT_EQ(bits_of(v), bits_of(hv[j])) << at << " j=" << j;
+  }
 }
 
 TEST_F(CudaBasic, AccumulateGuessSelectMatchesCpu) {

@@ -252,8 +252,12 @@ struct pgs_ops {
    *  device: no host round trip between the add and the selection), and
    *  compact(r, n, *thr_host, every tie, offset 0, idx, val, cap). Unlike
    *  compact, a count past @p cap is no error: the first cap entries are
-   *  written and *count_host is the full count. Optional (NULL: the caller
-   *  makes the calls). */
+   *  written and *count_host is the full count. With @p val NULL the list
+   *  is packed as one block [idx | val]: the values follow the entries, at
+   *  (float *)(idx + *count_host), idx has room for 2 cap entries, and a
+   *  count past cap leaves the block unspecified (so no copy of the values
+   *  follows a guess that landed). Optional (NULL: the caller makes the
+   *  calls). */
   int (*accumulate_guess_select)(const pgs_ops_t *ops, float *r, const float *g,
                                  size_t n, const pgs_guess_rule_t *rule,
                                  int32_t *idx, float *val, size_t cap,

@@ -317,6 +317,7 @@ int pgs_banded_threshold(pgs_bucket_t *b, const float *x, float *thr,
 typedef struct pgs_first_guess {
   float thr;     /* the guess */
   int64_t count; /* entries of x at or above it, the first 2k listed */
+  int packed;    /* the list's values already behind its count's entries */
 } pgs_first_guess_t;
 
 /** pgs_banded_threshold whose first count, where the last call's first

@@ -36,6 +36,7 @@ static int gaussiank_select(pgs_bucket_t *b, const pgs_first_guess_t *first,
   int st = pgs_banded_select(b, b->resid, idx, b->guess_val.ptr, first, thr,
                              &gt, &eq, m);
   if (st != PGS_OK) return st;
+  if (*m >= 0 && first != NULL && first->packed) return PGS_OK;
   if (*m >= 0) /* the values go behind the *m indices */
     return ops->copy(ops, pgs_block_val(b->pairs.ptr, *m), b->guess_val.ptr,
                      (size_t)*m * 4, PGS_COPY_SAME);
@@ -56,9 +57,10 @@ static int accumulate_guess(pgs_bucket_t *b, const float *grad,
   pgs_guess_rule_t rule = {PGS_GUESS_NORMAL, 0.0, 0.0};
   if (pgs_guess_in_add(b, &rule)) {
     *have_first = 1;
+    first->packed = 1; /* listed as the selection's block: no copy after */
     return pgs_accumulate_guess_select(
-        b, grad, &rule, pgs_block_idx(b->pairs.ptr), b->guess_val.ptr,
-        (size_t)(2 * b->k), &first->thr, &first->count);
+        b, grad, &rule, pgs_block_idx(b->pairs.ptr), NULL, (size_t)(2 * b->k),
+        &first->thr, &first->count);
   }
   *have_first = pgs_guess_precedes_add(b);
   if (!*have_first) return pgs_accumulate(b, grad);
@@ -70,7 +72,7 @@ static int accumulate_guess(pgs_bucket_t *b, const float *grad,
 }
 
 static int gaussiank_step(pgs_bucket_t *b, const float *grad, float *out) {
-  pgs_first_guess_t first = {0.0f, 0};
+  pgs_first_guess_t first = {0.0f, 0, 0};
   int have_first = 0;
   int st = reserve_room(b);
   if (st == PGS_OK) st = accumulate_guess(b, grad, &first, &have_first);

@@ -203,11 +203,18 @@ int pgs_cpu_accumulate_guess_select(const pgs_ops_t *ops, float *r,
                                     float *val, size_t cap,
                                     int64_t *nonfinite_host, double out[7],
                                     float *thr_host, int64_t *count_host) {
-  if (rule == NULL || thr_host == NULL || count_host == NULL)
+  if (rule == NULL || thr_host == NULL || count_host == NULL ||
+      (idx == NULL && cap > 0))
     return PGS_ERR_INVALID;
   int st = pgs_cpu_accumulate_stats(ops, r, g, n, nonfinite_host, out);
   if (st != PGS_OK) return st;
   *thr_host = pgs_guess_eval(rule, out);
-  st = pgs_cpu_compact(ops, r, n, *thr_host, -1, 0, idx, val, cap, count_host);
-  return st == PGS_ERR_OVERFLOW ? PGS_OK : st; /* the full count, cap written */
+  /* Packed (val NULL): the values listed into the block's second half,
+   * then moved behind the count's entries. */
+  float *at = val != NULL || idx == NULL ? val : (float *)(idx + cap);
+  st = pgs_cpu_compact(ops, r, n, *thr_host, -1, 0, idx, at, cap, count_host);
+  if (st == PGS_ERR_OVERFLOW) return PGS_OK; /* the full count, cap written */
+  if (st == PGS_OK && val == NULL && *count_host > 0)
+    memmove(idx + *count_host, at, (size_t)*count_host * sizeof(float));
+  return st;
 }
