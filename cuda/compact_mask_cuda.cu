@@ -62,42 +62,67 @@ __device__ __forceinline__ float4 load_row(const float *__restrict__ x,
   return v;
 }
 
+// A chunk whose groups' largest |x| are known (gmax, one float per lane's
+// 32 elements): lane l reads its 32 elements only where that largest can
+// be taken (the rule is monotone in |x|, so a group whose largest is not
+// taken holds nothing taken), and returns their bits.
+__device__ __forceinline__ uint32_t group_word(const float *__restrict__ x,
+                                               const MaskRule &rule,
+                                               float largest) {
+  if (!rule.taken(largest)) return 0;
+  const float4 *xv = reinterpret_cast<const float4 *>(x);
+  float4 w[kMaskRows];
+#pragma unroll
+  for (int q = 0; q < kMaskRows; ++q) w[q] = xv[q];
+  uint32_t word = 0;
+#pragma unroll
+  for (int q = 0; q < kMaskRows; ++q) word |= nibble(rule, w[q]) << (4 * q);
+  return word;
+}
+
 // Pass 1: one warp per chunk (grid-stride). Mask word w of chunk c covers
 // elements c * kChunk + 32 w .. + 31, bit b element 32 w + b; row q yields
 // words 4q .. 4q + 3, each from the nibbles of 8 lanes (OR over
 // shuffles), and lane 4q + j keeps word j of row q, so the chunk's 32 words
 // are stored by one coalesced instruction. counts[nchunks] is set to 0:
 // the exclusive scan over nchunks + 1 counts then ends in the total.
+// Chunks inside the first @p groups groups of 32 elements whose largest |x|
+// is known (@p gmax) read only the groups that can hold a pick
+// (group_word: lane w reads word w's 32 elements itself).
 __global__ void __launch_bounds__(kThreads)
     mask_count_kernel(const float *__restrict__ x, unsigned long long n,
                       bool vec, MaskRule given, const float *thr_dev,
                       unsigned long long nchunks, uint32_t *__restrict__ mask,
-                      uint32_t *__restrict__ counts) {
+                      uint32_t *__restrict__ counts,
+                      const float *__restrict__ gmax,
+                      unsigned long long groups) {
   const MaskRule rule = thr_dev != nullptr ? mask_rule_at(*thr_dev) : given;
   const unsigned lane = threadIdx.x & 31;
   if (blockIdx.x == 0 && threadIdx.x == 0) counts[nchunks] = 0;
   for (unsigned long long ch = warp_id(); ch < nchunks; ch += warp_count()) {
     const unsigned long long base = ch * kChunk;
-    const bool whole = vec && base + kChunk <= n;
-    float4 w[kMaskRows];
-#pragma unroll
-    for (int q = 0; q < kMaskRows; ++q)
-      w[q] = load_row(x, n, whole, base + q * 128ull + 4ull * lane);
-    unsigned count = 0;
     uint32_t mine = 0;
+    if (vec && (ch + 1) * kChunkWords <= groups) {  // warp-uniform
+      mine = group_word(x + base + 32ull * lane, rule,
+                        gmax[ch * kChunkWords + lane]);
+    } else {
+      const bool whole = vec && base + kChunk <= n;
+      float4 w[kMaskRows];
 #pragma unroll
-    for (int q = 0; q < kMaskRows; ++q) {
-      const unsigned nib = nibble(rule, w[q]);
-      count += __popc(nib);
-      uint32_t word = nib << (4 * (lane & 7));
-      word |= __shfl_xor_sync(0xffffffffu, word, 1);
-      word |= __shfl_xor_sync(0xffffffffu, word, 2);
-      word |= __shfl_xor_sync(0xffffffffu, word, 4);
-      const uint32_t got = __shfl_sync(0xffffffffu, word, 8 * (lane & 3));
-      if ((lane >> 2) == static_cast<unsigned>(q)) mine = got;
+      for (int q = 0; q < kMaskRows; ++q)
+        w[q] = load_row(x, n, whole, base + q * 128ull + 4ull * lane);
+#pragma unroll
+      for (int q = 0; q < kMaskRows; ++q) {
+        uint32_t word = nibble(rule, w[q]) << (4 * (lane & 7));
+        word |= __shfl_xor_sync(0xffffffffu, word, 1);
+        word |= __shfl_xor_sync(0xffffffffu, word, 2);
+        word |= __shfl_xor_sync(0xffffffffu, word, 4);
+        const uint32_t got = __shfl_sync(0xffffffffu, word, 8 * (lane & 3));
+        if ((lane >> 2) == static_cast<unsigned>(q)) mine = got;
+      }
     }
     mask[ch * kChunkWords + lane] = mine;
-    count = __reduce_add_sync(0xffffffffu, count);
+    const unsigned count = __reduce_add_sync(0xffffffffu, __popc(mine));
     if (lane == 0) counts[ch] = count;
   }
 }
@@ -214,10 +239,20 @@ struct MaskScratch {
 
 }  // namespace
 
+int compact_by_mask_bytes(size_t n, size_t *bytes) {
+  if (n == 0 || n > (1ull << 31)) return PGS_ERR_UNSUPPORTED;
+  Carve measure(nullptr);
+  MaskScratch ms;
+  PGS_RETURN_IF(ms.carve(measure, chunks_for(n)));
+  *bytes = measure.bytes();
+  return PGS_OK;
+}
+
 int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
                     const float *thr_dev, uint32_t offset, int32_t *idx,
                     float *val, size_t cap, CountCheck check,
-                    ulonglong2 *total_at, const ulonglong2 **total) {
+                    ulonglong2 *total_at, const ulonglong2 **total,
+                    GroupMax gm) {
   // Counts and offsets are 32-bit: at most 2^31 elements (int32 indices).
   if (n == 0 || n > (1ull << 31)) return PGS_ERR_UNSUPPORTED;
   const unsigned long long nchunks = chunks_for(n);
@@ -233,7 +268,8 @@ int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
   const unsigned blocks_1 =
       grid_for(c, mask_count_kernel, nchunks * 32, 1, kThreads);
   mask_count_kernel<<<blocks_1, kThreads, 0, c->stream>>>(
-      x, n, vec, rule, thr_dev, nchunks, ms.mask, ms.counts);
+      x, n, vec, rule, thr_dev, nchunks, ms.mask, ms.counts, gm.largest,
+      gm.largest != nullptr ? gm.groups : 0);
   PGS_LAUNCHED();
   PGS_CU(cub::DeviceScan::ExclusiveSum(ms.temp, ms.temp_bytes, ms.counts,
                                        ms.offs, static_cast<int>(nchunks + 1),

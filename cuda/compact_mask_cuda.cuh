@@ -34,10 +34,24 @@ __host__ __device__ __forceinline__ MaskRule mask_rule_at(float thr) {
 // count fits cap); the totals (count, 0) land at *total (at @p total_at where
 // that is not null), and a planned selection's @p check is made on the
 // device. Scratch from c->work. At most 2^31 elements.
+//
+// With @p gm's largest not null, largest[q] is the largest |x| of
+// x[32q .. 32q + 32) for q < gm.groups (an earlier kernel's, as
+// accumulate_stats_queue writes them): the first pass then reads x only in
+// groups that can hold a pick. It must not lie in c->work's first
+// compact_by_mask_bytes(n) bytes, which the compaction uses.
+struct GroupMax {
+  const float *largest = nullptr;
+  unsigned long long groups = 0;
+};
 int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
                     const float *thr_dev, uint32_t offset, int32_t *idx,
                     float *val, size_t cap, CountCheck check,
-                    ulonglong2 *total_at, const ulonglong2 **total);
+                    ulonglong2 *total_at, const ulonglong2 **total,
+                    GroupMax gm = {});
+
+// The scratch compact_by_mask takes from c->work for @p n elements.
+int compact_by_mask_bytes(size_t n, size_t *bytes);
 
 }  // namespace pgs_cuda
 

@@ -394,28 +394,48 @@ struct AddAcc {
   }
 };
 
+// The largest |v| of the 32 sums a group of 8 lanes holds (a float4 each),
+// stored by the group's first lane as gmax[group] (@p j its float4 index,
+// a multiple of 8 there). Every lane of the warp takes part.
+__device__ __forceinline__ void group_max(float4 v, size_t j, bool whole,
+                                          float *__restrict__ gmax) {
+  float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+  if (whole && (threadIdx.x & 7) == 0) gmax[j / 8] = m;
+}
+
 // accumulate_stats' pass, each block's statistics into partials[block]:
 // the add as accumulate_kernel walks it (float4 where r and g share their
 // offset from a 16-byte boundary, kUnroll loads in flight, g streamed). A
-// fixed grid and block shape, so the sums are deterministic.
+// fixed grid and block shape, so the sums are deterministic. Where @p gmax
+// is not null and r and g are 16-byte aligned, also each group of 32 sums'
+// largest |v| (groups [0, n / 32); the tail's partial group is not
+// written): a later compaction reads x only in groups that can hold a pick.
+// The loops are warp-uniform (a warp's last lane decides), so every lane
+// takes part in group_max's shuffles.
 __global__ void __launch_bounds__(kThreads)
     add_stats_kernel(float *__restrict__ r, const float *__restrict__ g,
-                     size_t n, AddStats *partials) {
+                     size_t n, AddStats *partials, float *__restrict__ gmax) {
   __shared__ typename BlockReduceAddStats::TempStorage tmp;
   AddAcc acc;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t last_lane = tid | 31;  // the warp's last lane's tid
   const bool vec =
       ((reinterpret_cast<uintptr_t>(r) ^ reinterpret_cast<uintptr_t>(g)) &
        15) == 0;
   size_t head = n, tail0 = n;  // the scalar ends (all of it without vec)
   if (vec) {
     head = head_to_align16(r, n);
+    float *gm = head == 0 ? gmax : nullptr;
     float4 *rv = reinterpret_cast<float4 *>(r + head);
     const float4 *gv = reinterpret_cast<const float4 *>(g + head);
     const size_t nv = (n - head) / 4;
-    size_t j = tid;
-    for (; j + (kUnroll - 1) * stride < nv; j += kUnroll * stride) {
+    size_t j = tid, jl = last_lane;
+    for (; jl + (kUnroll - 1) * stride < nv;
+         j += kUnroll * stride, jl += kUnroll * stride) {
       float4 a[kUnroll], b[kUnroll], v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -425,12 +445,20 @@ __global__ void __launch_bounds__(kThreads)
       acc.add4(a, b, v);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) rv[j + u * stride] = v[u];
+      if (gm != nullptr) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          group_max(v[u], j + u * stride, true, gm);
+      }
     }
-    for (; j < nv; j += stride) {
-      const float4 a[1] = {rv[j]}, b[1] = {__ldcs(gv + j)};
-      float4 v[1];
-      acc.add4(a, b, v);
-      rv[j] = v[0];
+    for (; jl - 31 < nv; j += stride, jl += stride) {
+      float4 v[1] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+      if (j < nv) {
+        const float4 a[1] = {rv[j]}, b[1] = {__ldcs(gv + j)};
+        acc.add4(a, b, v);
+        rv[j] = v[0];
+      }
+      if (gm != nullptr) group_max(v[0], j, j / 8 < nv / 8, gm);
     }
     tail0 = head + 4 * nv;
   }
@@ -588,10 +616,10 @@ size_t add_stats_scratch_bytes(Ctx *c, size_t n) {
 }
 
 int accumulate_stats_queue(Ctx *c, float *r, const float *g, size_t n,
-                           void *scratch, double *flat) {
+                           void *scratch, double *flat, float *gmax) {
   const unsigned grid = grid_for(c, add_stats_kernel, n / 4 + 1, kUnroll);
   auto *dout = static_cast<AddStats *>(scratch);
-  add_stats_kernel<<<grid, kThreads, 0, c->stream>>>(r, g, n, dout + 1);
+  add_stats_kernel<<<grid, kThreads, 0, c->stream>>>(r, g, n, dout + 1, gmax);
   PGS_LAUNCHED();
   add_stats_final_kernel<<<1, kThreads, 0, c->stream>>>(dout + 1, grid, dout, n,
                                                         flat);
@@ -611,7 +639,8 @@ int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
   PGS_ENTER(ops, c);
   // small: the result, then the blocks' partials.
   PGS_RETURN_IF(ensure_device(&c->small, add_stats_scratch_bytes(c, n)));
-  PGS_RETURN_IF(accumulate_stats_queue(c, r, g, n, c->small.ptr, nullptr));
+  PGS_RETURN_IF(
+      accumulate_stats_queue(c, r, g, n, c->small.ptr, nullptr, nullptr));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, c->small.ptr, sizeof(AddStats), &host));
   double flat[kFlatStats];

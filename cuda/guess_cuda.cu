@@ -51,13 +51,28 @@ int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,
   const size_t head = (sizeof(GuessOut) + 255) & ~static_cast<size_t>(255);
   PGS_RETURN_IF(ensure_device(&c->small, head + add_stats_scratch_bytes(c, n)));
   auto *go = static_cast<GuessOut *>(c->small.ptr);
-  PGS_RETURN_IF(accumulate_stats_queue(
-      c, r, g, n, static_cast<char *>(c->small.ptr) + head, go->stats));
+  // work: the compaction's scratch, then the add's largest |r| of each
+  // group of 32, so the compaction reads r only where a group can hold a
+  // pick (at density 1% about a quarter of the groups).
+  GroupMax gm;
+  float *largest = nullptr;
+  if (add_group_max_ok(r, g) && n >= 32) {
+    size_t mask_bytes = 0;
+    PGS_RETURN_IF(compact_by_mask_bytes(n, &mask_bytes));
+    mask_bytes = (mask_bytes + 255) & ~static_cast<size_t>(255);
+    PGS_RETURN_IF(ensure_device(&c->work, mask_bytes + n / 32 * sizeof(float)));
+    largest = reinterpret_cast<float *>(static_cast<char *>(c->work.ptr) +
+                                        mask_bytes);
+    gm = GroupMax{largest, n / 32};
+  }
+  PGS_RETURN_IF(accumulate_stats_queue(c, r, g, n,
+                                       static_cast<char *>(c->small.ptr) + head,
+                                       go->stats, largest));
   guess_kernel<<<1, 1, 0, c->stream>>>(go->stats, *rule, &go->thr);
   PGS_LAUNCHED();
   const ulonglong2 *total = nullptr;
   PGS_RETURN_IF(compact_by_mask(c, r, n, MaskRule{}, &go->thr, 0, idx, val, cap,
-                                CountCheck{}, &go->total, &total));
+                                CountCheck{}, &go->total, &total, gm));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, go, sizeof(GuessOut), &host));
   const GuessOut h = *static_cast<const GuessOut *>(host);

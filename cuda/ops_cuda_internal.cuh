@@ -321,11 +321,17 @@ int accumulate_stats(const pgs_ops_t *ops, float *r, const float *g, size_t n,
 // accumulate_stats queued, no wait: its statistics as doubles at @p flat
 // (device; out[0..6] as accumulate_stats returns them, [7] the rejected
 // sums; may be null), the blocks' partials in @p scratch
-// (add_stats_scratch_bytes).
+// (add_stats_scratch_bytes). Where @p gmax is not null (n / 32 floats) and
+// r and g are 16-byte aligned (add_group_max_ok), gmax[q] is the largest
+// |r| of r[32q .. 32q + 32) after the add.
 constexpr int kFlatStats = 8;
 size_t add_stats_scratch_bytes(Ctx *c, size_t n);
 int accumulate_stats_queue(Ctx *c, float *r, const float *g, size_t n,
-                           void *scratch, double *flat);
+                           void *scratch, double *flat, float *gmax);
+inline bool add_group_max_ok(const float *r, const float *g) {
+  return ((reinterpret_cast<uintptr_t>(r) | reinterpret_cast<uintptr_t>(g)) &
+          15) == 0;
+}
 
 // guess_cuda.cu
 int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,

@@ -434,6 +434,21 @@ TEST_F(CudaBasic, AccumulateGuessSelectMatchesCpu) {
       }
     }
     if (n <= (size_t{1} << 20)) {
+      // Groups of 32 the compaction skips by their largest |r|: three in
+      // four all zero, and every eighth all one value (ties across a
+      // group), with the tail's partial group as it falls.
+      std::vector<float> rz = r, gz = g;
+      for (size_t i = 0; i < n; ++i) {
+        const size_t q = i / 32;
+        if (q % 4 != 0) rz[i] = gz[i] = 0.0f;
+        if (q % 8 == 0) {
+          rz[i] = 1.5f;
+          gz[i] = 0.25f;
+        }
+      }
+      for (size_t off : {size_t{0}, size_t{1}})
+        check_guess_select(rz, gz, {PGS_GUESS_LAPLACE, std::log(100.0), k},
+                           room, off);
       add_nonfinite(g, 92 + n, n / 10 + 1);  // rejected sums keep r
       check_guess_select(r, g, {PGS_GUESS_LAPLACE, std::log(100.0), k}, room,
                          0);
