@@ -239,15 +239,6 @@ struct MaskScratch {
 
 }  // namespace
 
-int compact_by_mask_bytes(size_t n, size_t *bytes) {
-  if (n == 0 || n > (1ull << 31)) return PGS_ERR_UNSUPPORTED;
-  Carve measure(nullptr);
-  MaskScratch ms;
-  PGS_RETURN_IF(ms.carve(measure, chunks_for(n)));
-  *bytes = measure.bytes();
-  return PGS_OK;
-}
-
 int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
                     const float *thr_dev, uint32_t offset, int32_t *idx,
                     float *val, size_t cap, CountCheck check,

@@ -38,8 +38,7 @@ __host__ __device__ __forceinline__ MaskRule mask_rule_at(float thr) {
 // With @p gm's largest not null, largest[q] is the largest |x| of
 // x[32q .. 32q + 32) for q < gm.groups (an earlier kernel's, as
 // accumulate_stats_queue writes them): the first pass then reads x only in
-// groups that can hold a pick. It must not lie in c->work's first
-// compact_by_mask_bytes(n) bytes, which the compaction uses.
+// groups that can hold a pick.
 struct GroupMax {
   const float *largest = nullptr;
   unsigned long long groups = 0;
@@ -49,9 +48,6 @@ int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
                     float *val, size_t cap, CountCheck check,
                     ulonglong2 *total_at, const ulonglong2 **total,
                     GroupMax gm = {});
-
-// The scratch compact_by_mask takes from c->work for @p n elements.
-int compact_by_mask_bytes(size_t n, size_t *bytes);
 
 }  // namespace pgs_cuda
 

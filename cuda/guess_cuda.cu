@@ -51,18 +51,14 @@ int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,
   const size_t head = (sizeof(GuessOut) + 255) & ~static_cast<size_t>(255);
   PGS_RETURN_IF(ensure_device(&c->small, head + add_stats_scratch_bytes(c, n)));
   auto *go = static_cast<GuessOut *>(c->small.ptr);
-  // work: the compaction's scratch, then the add's largest |r| of each
-  // group of 32, so the compaction reads r only where a group can hold a
-  // pick (at density 1% about a quarter of the groups).
+  // The add's largest |r| of each group of 32, so the compaction reads r
+  // only where a group can hold a pick (at density 1% about a quarter of
+  // the groups).
   GroupMax gm;
   float *largest = nullptr;
   if (add_group_max_ok(r, g) && n >= 32) {
-    size_t mask_bytes = 0;
-    PGS_RETURN_IF(compact_by_mask_bytes(n, &mask_bytes));
-    mask_bytes = (mask_bytes + 255) & ~static_cast<size_t>(255);
-    PGS_RETURN_IF(ensure_device(&c->work, mask_bytes + n / 32 * sizeof(float)));
-    largest = reinterpret_cast<float *>(static_cast<char *>(c->work.ptr) +
-                                        mask_bytes);
+    PGS_RETURN_IF(ensure_device(&c->group_max, n / 32 * sizeof(float)));
+    largest = static_cast<float *>(c->group_max.ptr);
     gm = GroupMax{largest, n / 32};
   }
   PGS_RETURN_IF(accumulate_stats_queue(c, r, g, n,

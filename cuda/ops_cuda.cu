@@ -224,6 +224,7 @@ void release(Ctx *c) {
   if (c->err_dev.ptr != nullptr) (void)cudaFree(c->err_dev.ptr);
   if (c->err_pinned.ptr != nullptr) (void)cudaFreeHost(c->err_pinned.ptr);
   if (c->work.ptr != nullptr) (void)cudaFree(c->work.ptr);
+  if (c->group_max.ptr != nullptr) (void)cudaFree(c->group_max.ptr);
   if (c->pinned.ptr != nullptr) (void)cudaFreeHost(c->pinned.ptr);
   (void)cudaGetLastError();
   delete c;

@@ -39,6 +39,7 @@ struct Ctx {
   Scratch small;       // device: counters, histograms, flags, radix state
   Scratch pinned;      // pinned host: counts read back, bounds sent
   Scratch work;        // device: tile counts, candidates, CUB temp storage
+  Scratch group_max;   // device: the add's largest |r| per group of 32
   uint64_t syncs = 0;  // host waits for the stream (sync_stream), for stats
   // Checks left to the device (a planned selection's count, indices):
   // kernels set bits of *err_dev (kErrContract, kErrIndex); the next host
