@@ -23,13 +23,19 @@ whole list with ``PGS_TORCH_SUITE=full``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
 os.environ.setdefault("BACKEND", "gloo")
 os.environ.setdefault("WORLD_SIZE", "2")
-os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="pgs_dist_suite_"))
+if "TEMP_DIR" not in os.environ:
+    # The suite's files (init files, barriers) for this process and the
+    # ones it spawns, which inherit TEMP_DIR; removed when this one exits.
+    os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="pgs_dist_suite_")
+    atexit.register(shutil.rmtree, os.environ["TEMP_DIR"], ignore_errors=True)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

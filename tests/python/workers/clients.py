@@ -10,6 +10,7 @@ Run by torchrun or mpirun: ``clients.py --out DIR``.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import warnings
@@ -181,6 +182,8 @@ def main() -> None:
         rec.run(name, fn)
     dist.barrier()
     dist.destroy_process_group()
+    if C.rank == 0:  # every rank is past the barrier: the folder is done with
+        shutil.rmtree(C.tmp, ignore_errors=True)
     rec.finish()
 
 
