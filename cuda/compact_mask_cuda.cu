@@ -260,7 +260,7 @@ int compact_by_mask(Ctx *c, const float *x, size_t n, MaskRule rule,
       grid_for(c, mask_count_kernel, nchunks * 32, 1, kThreads);
   mask_count_kernel<<<blocks_1, kThreads, 0, c->stream>>>(
       x, n, vec, rule, thr_dev, nchunks, ms.mask, ms.counts, gm.largest,
-      gm.largest != nullptr ? gm.groups : 0);
+      gm.groups);
   PGS_LAUNCHED();
   PGS_CU(cub::DeviceScan::ExclusiveSum(ms.temp, ms.temp_bytes, ms.counts,
                                        ms.offs, static_cast<int>(nchunks + 1),

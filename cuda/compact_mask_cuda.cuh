@@ -35,10 +35,10 @@ __host__ __device__ __forceinline__ MaskRule mask_rule_at(float thr) {
 // that is not null), and a planned selection's @p check is made on the
 // device. Scratch from c->work. At most 2^31 elements.
 //
-// With @p gm's largest not null, largest[q] is the largest |x| of
-// x[32q .. 32q + 32) for q < gm.groups (an earlier kernel's, as
-// accumulate_stats_queue writes them): the first pass then reads x only in
-// groups that can hold a pick.
+// With @p gm, largest[q] is the largest |x| of x[32q .. 32q + 32) for
+// q < gm.groups, as accumulate_stats_queue writes them (groups 0 where
+// largest is null): the first pass then reads x only in groups that can
+// hold a pick.
 struct GroupMax {
   const float *largest = nullptr;
   unsigned long long groups = 0;

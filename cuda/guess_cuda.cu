@@ -54,12 +54,10 @@ int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,
   // The add's largest |r| of each group of 32, so the compaction reads r
   // only where a group can hold a pick (at density 1% about a quarter of
   // the groups).
-  GroupMax gm;
   float *largest = nullptr;
   if (add_group_max_ok(r, g) && n >= 32) {
     PGS_RETURN_IF(ensure_device(&c->group_max, n / 32 * sizeof(float)));
     largest = static_cast<float *>(c->group_max.ptr);
-    gm = GroupMax{largest, n / 32};
   }
   PGS_RETURN_IF(accumulate_stats_queue(c, r, g, n,
                                        static_cast<char *>(c->small.ptr) + head,
@@ -67,8 +65,9 @@ int accumulate_guess_select(const pgs_ops_t *ops, float *r, const float *g,
   guess_kernel<<<1, 1, 0, c->stream>>>(go->stats, *rule, &go->thr);
   PGS_LAUNCHED();
   const ulonglong2 *total = nullptr;
-  PGS_RETURN_IF(compact_by_mask(c, r, n, MaskRule{}, &go->thr, 0, idx, val, cap,
-                                CountCheck{}, &go->total, &total, gm));
+  PGS_RETURN_IF(compact_by_mask(
+      c, r, n, MaskRule{}, &go->thr, 0, idx, val, cap, CountCheck{}, &go->total,
+      &total, GroupMax{largest, largest != nullptr ? n / 32 : 0}));
   void *host = nullptr;
   PGS_RETURN_IF(read_back(c, go, sizeof(GuessOut), &host));
   const GuessOut h = *static_cast<const GuessOut *>(host);
