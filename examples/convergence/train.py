@@ -18,6 +18,9 @@ Methods (same model, data order, recipe and initial weights per seed):
   entries by raw size (``adam_select="gradient"``, as the first runs did);
   ``ALGO+adam+norm@DENSITY`` ranks them by their pending Adam step
   (``adam_select="normalized"``, the library's default);
+  ``ALGO+opt@DENSITY`` keeps the recipe's own optimizer (AdamW, momentum SGD)
+  and registers it with the hook (``register_comm_hook(..., optimizer=opt)``:
+  the library steps Adam's moments for the sparse stream);
   ``+noclip`` runs any method without gradient clipping; ``ALGO+node@DENSITY``
   reduces hierarchically (dense inside "nodes" of 2 ranks, sparse across:
   ``SparseState(hierarchy="node", local_size=2)``); ``auto@DENSITY`` lets
@@ -93,6 +96,7 @@ class Method:
     warmup: int | None = None
     density_warmup: int = 0
     node: bool = False
+    opt: bool = False
 
 
 def parse_method(m: str) -> Method:
@@ -109,6 +113,8 @@ def parse_method(m: str) -> Method:
             out.mc = True
         elif f == "adam":
             out.adam = True
+        elif f == "opt":
+            out.opt = True
         elif f == "norm":
             out.norm = True
         elif f.startswith("est="):
@@ -124,10 +130,10 @@ def parse_method(m: str) -> Method:
         else:
             algo = ""
     if algo not in (*SPARSE, "auto", "adtopk") or out.density is None or \
-            (out.norm and not out.adam):
+            (out.norm and not out.adam) or (out.opt and (out.adam or out.mc)):
         raise argparse.ArgumentTypeError(
             f"method {m!r}: one of {TORCH}[+noclip] or "
-            f"ALGO[+mc|+adam[+norm]][+est=NAME][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
+            f"ALGO[+mc|+adam[+norm]|+opt][+est=NAME][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
             f"ALGO in {SPARSE}, auto or adtopk")
     return out
 
@@ -163,7 +169,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 # -- one run ----------------------------------------------------------------
 def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: bool,
-          gloo: Any, psgd_groups: list[Any], clip: float = 0.0) -> Any:
+          gloo: Any, psgd_groups: list[Any], clip: float = 0.0,
+          opt: torch.optim.Optimizer | None = None) -> Any:
     from pg_sparse.bench.baselines import PowerSGDPerBucket, register_hook
 
     import pg_sparse
@@ -188,11 +195,16 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
         momentum=recipe_momentum if spec.mc else 0.0, nesterov=nesterov and spec.mc,
         precondition="adam" if spec.adam else None,
         max_grad_norm=clip if spec.adam else 0.0,
-        adam_select="normalized" if spec.norm else "gradient",  # +adam: as first run
+        # +adam: as the first runs; +opt: the library default (normalized)
+        adam_select="normalized" if spec.norm or spec.opt else "gradient",
         estimator=spec.estimator,
         hierarchy="node" if spec.node else "flat", local_size=2 if spec.node else None)
     if spec.algo == "auto":
         ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+        return state
+    if spec.opt:
+        pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.HOOKS[spec.algo],
+                                           optimizer=opt)
         return state
     return register_hook(ddp, spec.algo, spec.density, gloo, state=state)
 
@@ -232,9 +244,9 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
     group = gloo if spec.algo in TORCH else None
     ddp = DDP(model, process_group=group)
     recipe_clip = 0.0 if spec.noclip else r.clip
-    state = _hook(ddp, method, warmup, r.momentum, r.optimizer == "nesterov", gloo,
-                  psgd_groups, recipe_clip)
     opt, sched = optimizer(task, list(model.parameters()), plain_sgd=spec.mc or spec.adam)
+    state = _hook(ddp, method, warmup, r.momentum, r.optimizer == "nesterov", gloo,
+                  psgd_groups, recipe_clip, opt)
     clip = 0.0 if spec.adam else recipe_clip  # Adam in the hook clips there
     gen = torch.Generator().manual_seed(1_000_003 * seed + rank)  # each rank its own data
     dense_bytes = _bytes_model("dense", model, world)

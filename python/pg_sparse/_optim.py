@@ -115,29 +115,49 @@ class OptimizerInHook:
     def _adam_update(self, index: int, bucket: Any, out: torch.Tensor,
                      dense: bool) -> torch.Tensor:
         """Adam's update from the reduced gradient ``out`` (the same on every
-        rank, so are the moments). A dense call is one Adam step. A sparse
-        call applies, to each entry it carries, the ``a`` Adam steps that
-        entry missed while it waited in the residuals (``a``: calls since it
-        was last applied), from the window's mean ``out / a`` and mean square
-        ``out ** 2 / a``; the other entries wait, moments untouched."""
+        rank, so are the moments): :meth:`_adam_direction` of it in gradient
+        units, clipped on a dense call."""
+        g = self._adam_received(index, bucket, out, dense)
+        if dense:
+            g = _clipped(g, self.max_grad_norm)
+        return self._adam_direction(index, g, dense).to(out.dtype)
+
+    def _adam_received(self, index: int, bucket: Any, out: torch.Tensor,
+                       dense: bool) -> torch.Tensor:
+        """The reduced gradient ``out`` of a call in fp32 gradient units (a
+        normalized sparse call's sums scaled back): ``out`` itself when it is
+        fp32."""
         if bool(bucket.stats()["dense"]) != dense:
             raise RuntimeError("pg_sparse: the bucket's call was not the kind "
                                "(dense or sparse) the Adam hook prepared for")
-        t, (b1, b2) = self._adam_t[index], self.betas
-        g, layout = out.float(), self._layouts.get(index)
+        g = out.float()
+        scale = self._scale.tensors.get(index)
+        if not dense and scale is not None:
+            g.mul_(scale)
+        return g
+
+    def _adam_direction(self, index: int, g: torch.Tensor, dense: bool,
+                        betas: tuple[float, float] | None = None,
+                        eps: float | None = None) -> torch.Tensor:
+        """Adam's step direction for bucket ``index`` from its reduced fp32
+        gradient ``g`` (overwritten). A dense call is one Adam step. A sparse
+        call applies, to each entry it carries, the ``a`` Adam steps that
+        entry missed while it waited in the residuals (``a``: calls since it
+        was last applied), from the window's mean ``g / a`` and mean square
+        ``g ** 2 / a``; the other entries wait, moments untouched."""
+        t = self._adam_t[index]
+        b1, b2 = betas or self.betas
+        eps = self.eps if eps is None else eps
+        layout = self._layouts.get(index)
         m = self._velocity.get(index, g, layout)
         v = self._second.get(index, g, layout)
         age = self._age.get(index, g, layout)
         if dense:
-            g = _clipped(g, self.max_grad_norm)
             age.zero_()
             m.mul_(b1).add_(g, alpha=1.0 - b1)
             v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-            denom = (v.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(self.eps)
-            return torch.div(m, denom).div_(1.0 - b1 ** t).to(out.dtype)
-        scale = self._scale.tensors.get(index)
-        if scale is not None:
-            g.mul_(scale)  # back to gradient units
+            denom = (v.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(eps)
+            return torch.div(m, denom).div_(1.0 - b1 ** t)
         age.add_(1.0)
         # The carried entries by index: O(k) work after one scan of g,
         # where boolean masks would scan n per use.
@@ -148,10 +168,10 @@ class OptimizerInHook:
         mh = m[hit].mul_(d1).add_(mean * (1.0 - d1))
         vh = v[hit].mul_(d2).add_(mean * gh * (1.0 - d2))  # out ** 2 / a
         m[hit], v[hit], age[hit] = mh, vh, 0.0
-        denom = (vh.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(self.eps)
-        upd = g.zero_()  # g is out itself or its fp32 copy: no longer needed
+        denom = (vh.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(eps)
+        upd = g.zero_()  # no longer needed
         upd[hit] = mh.div_(denom).mul_(a / (1.0 - b1 ** t))
-        return upd.to(out.dtype)
+        return upd
 
     def _restore_buffers(self, index: int, saved: dict[str, Any],
                          device: torch.device | None) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _hierarchy, adtopk
+from . import _hierarchy, _optbridge, adtopk
 from .adtopk import ADTopkState
 from .lowrank import ACPSGDState, _acp_step, powerSGD_hook
 from .state import SparseState, _permute
@@ -45,13 +45,17 @@ def _run(state: SparseState, bucket: dist.GradBucket,
         return _run_hierarchical(state, bucket, topo)
     params = bucket.parameters() if hasattr(bucket, "parameters") else None
     index = bucket.index()
+    bridge = state._bridge
+    if bridge is None and not state._watched:
+        _optbridge.watch(state)
     native, segments = state._bucket_for(index, buf, params)
     state._schedule_density(index, native)
     auto = state._auto
     if auto is not None:  # may rebuild the bucket for a trial of another algorithm
         native = auto.before_call(index, native, state._group(),
                                   lambda algo: state._rebuild_for(index, buf, algo))
-    if segments is None and not state.momentum and not state.precondition:
+    adam = state._adam_on
+    if segments is None and not state.momentum and not adam:
         fut = native.allreduce(buf).get_future().then(_first)
         state._count_iteration(bucket)
         state._serve_natively(index, native, params,
@@ -59,18 +63,27 @@ def _run(state: SparseState, bucket: dist.GradBucket,
         return fut
     # The state refers to another packing of these parameters (DDP's
     # first iteration after a restore): run it in that order.
+    dense = adam and state._next_is_dense(index, native)
+    if bridge is not None and not dense:
+        buf = bridge.l2(params, buf)  # Adam's L2 decay joins the sparse stream
     x = buf if segments is None else _permute(buf, segments)
-    dense = state.precondition is not None and state._next_is_dense(index, native)
     if state.momentum:
         x = state._corrected(index, x)
-    elif state.precondition:
+    elif adam:
+        if bridge is not None and not dense:
+            x = bridge.clip_local(index, x)
         x = state._adam_send(index, native, x, dense)
 
     def done(fut: torch.futures.Future) -> torch.Tensor:
         out = fut.value()[0]
         if state.momentum:
             state._mask_velocity(index, native)
-        elif state.precondition:
+        elif adam and bridge is not None:
+            # The optimizer's step applies Adam (after the user's clipping).
+            g = state._adam_received(index, native, out, dense)
+            bridge.received(index, g, dense)
+            out = g.to(out.dtype)
+        elif adam:
             out = state._adam_update(index, native, out, dense)
         return out if segments is None else _permute(out, segments, inverse=True)
 
@@ -300,13 +313,32 @@ HOOKS = {"dense": dense_hook, "topka": topka_hook, "topkdsa": topkdsa_hook,
          "gtopk": gtopk_hook, "gaussiank": gaussiank_hook, "oktopk": oktopk_hook}
 
 
-def register_comm_hook(ddp: Any, state: Any, hook: Any) -> None:
-    """``ddp.register_comm_hook(state, hook)``, with the steady calls in C++.
+def register_comm_hook(ddp: Any, state: Any, hook: Any,
+                       optimizer: torch.optim.Optimizer | None = None) -> None:
+    """``ddp.register_comm_hook(state, hook)``, with the steady calls in C++,
+    and the user's optimizer adapted to the sparse stream.
+
+    With ``optimizer=`` (the optimizer that steps ``ddp``'s parameters, as
+    it is): for ``torch.optim.Adam`` and ``AdamW`` the library keeps Adam's
+    moments and steps the DDP parameters at the optimizer's ``step()``:
+    the hook hands DDP the reduced gradient (clip it, log it, scale it as
+    usual), and each entry a sparse call carried after waiting ``a`` calls
+    gets the ``a`` Adam steps it missed at once, with the ``lr``, ``betas``,
+    ``eps`` and ``weight_decay`` of its parameter group read at every step
+    (so LR schedulers work; AdamW's decay decoupled, Adam's as L2 on the
+    sparse stream). Dense (warm-up) calls are exactly Adam's step. The
+    optimizer's own step skips those parameters, and
+    ``optimizer.state_dict()`` / ``load_state_dict()`` carry the hook state
+    (per rank: save every rank's). ``SGD`` (with or without momentum) steps
+    the error-feedback stream as it is (its velocity integrates the bursts;
+    measured best for momentum SGD), and its state dict carries the hook
+    state too. Without ``optimizer=``, an Adam-type optimizer stepping the
+    model warns once.
 
     A Python comm hook costs DDP a Python call for every bucket and a Python
     callback when its future completes. Registered here, the same hook runs
     every call that needs Python (a bucket's first calls, a bucket DDP
-    rebuilt, hierarchical reduction, momentum correction, Adam in the hook,
+    rebuilt, hierarchical reduction, momentum correction, Adam,
     a density warm-up, ``algo="auto"``'s decision every ``auto_interval``
     calls); once a bucket's call is plain, its next calls go from DDP's
     reducer straight to the native allreduce, while the bucket holds the
@@ -320,11 +352,27 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any) -> None:
         ddp: a ``DistributedDataParallel`` model with no hook registered yet.
         state: the hook's state.
         hook: the hook, as for ``ddp.register_comm_hook``.
+        optimizer: the optimizer that steps ``ddp``'s parameters (needs a
+            :class:`SparseState`).
+
+    Raises:
+        ValueError: ``optimizer=`` with ``precondition`` or ``momentum`` set
+            in the state, or with an Adam option the library does not
+            implement (``amsgrad``, ``maximize``).
 
     Example::
+        >>> opt = torch.optim.AdamW(ddp.parameters(), lr=3e-4, weight_decay=0.1)
         >>> state = pg_sparse.SparseState(density=0.01)
-        >>> pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.oktopk_hook)
+        >>> pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.oktopk_hook,
+        ...                                    optimizer=opt)
     """
+    if optimizer is not None:
+        if not isinstance(state, SparseState):
+            raise TypeError(f"pg_sparse: optimizer= needs a SparseState, "
+                            f"got {type(state).__name__}")
+        if state._bridge is not None:
+            state._bridge.remove()
+        state._bridge = _optbridge.OptimizerBridge(state, optimizer)
     if not isinstance(state, SparseState) or \
             (hook not in HOOKS.values() and hook is not sparse_hook):
         ddp.register_comm_hook(state, hook)

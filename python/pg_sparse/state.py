@@ -319,6 +319,21 @@ class SparseState(OptimizerInHook):
         self._next_param_id = 0
         self._pinned: set[int] = set()  # bucket indices that keep their layout
         self._restored: set[int] = set()  # bucket indices from a checkpoint
+        # Set by hooks.register_comm_hook(..., optimizer=): the optimizer
+        # that steps the model (_optbridge).
+        self._bridge: Any = None
+        self._watched = False  # _optbridge.watch has seen this state
+
+    @property
+    def _adam_on(self) -> bool:
+        """Adam's moments kept by this state: in the hook
+        (``precondition="adam"``) or at an Adam optimizer's step."""
+        return bool(self.precondition) or \
+            (self._bridge is not None and self._bridge.adam)
+
+    def _params_by_id(self) -> dict[int, torch.Tensor | None]:
+        """Parameter id (as in the layouts) -> the parameter, None if gone."""
+        return {pid: ref() for ref, pid in self._param_ids.values()}
 
     # -- native buckets -------------------------------------------------
     def _config(self, tensor: torch.Tensor, warmup: int, algo: str | None = None) -> Any:
@@ -467,7 +482,7 @@ class SparseState(OptimizerInHook):
         checkpoint (that layout is the one DDP returns to) or Python holds
         per-bucket tensors in the old layout (momentum, preconditioning)."""
         return index not in self._restored and not self.momentum \
-            and not self.precondition
+            and not self._adam_on
 
     def _warmup_for(self, saved: dict[str, Any] | None) -> int:
         """Dense calls for a new native bucket, counted like its step: the
