@@ -219,7 +219,9 @@ class OptimizerBridge:
         state = self._state()
         if state is not None:
             rank = dist.get_rank() if dist.is_initialized() else 0
-            sd[_KEY] = {"rank": rank, "state": state.state_dict()}
+            sd[_KEY] = {"rank": rank, "state": state.state_dict(), "max_norm": self.max_norm,
+                        "seen_norm": self._seen_norm,
+                        "local_sq": {i: float(v) for i, v in self._local_sq.items()}}
         return sd
 
     def _load(self, optimizer: torch.optim.Optimizer, sd: dict[str, Any]) -> dict[str, Any]:
@@ -233,6 +235,9 @@ class OptimizerBridge:
                               f"{rank}; save every rank's optimizer.state_dict()",
                               stacklevel=3)
             state.load_state_dict(saved["state"])
+            self.max_norm, self._seen_norm = saved.get("max_norm"), saved.get("seen_norm")
+            self._local_sq = {int(i): torch.tensor(v) for i, v in
+                              saved.get("local_sq", {}).items()}
         return sd
 
 
@@ -280,15 +285,22 @@ def watch(state: Any) -> None:
         _handle = register_optimizer_step_pre_hook(_check_step)
 
 
+def _knows(state: Any, p: torch.Tensor) -> bool:
+    """Whether ``state``'s hooks have seen parameter ``p`` (the id of a
+    parameter since freed may name another object now)."""
+    known = state._param_ids.get(id(p))
+    return known is not None and known[0]() is p
+
+
 def _check_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     # Never removes itself: torch iterates its hooks while calling this one.
     if _watched and isinstance(optimizer, _ADAM_TYPES):
-        ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        params = [p for g in optimizer.param_groups for p in g["params"]]
         for state in list(_watched):
             bridge = state._bridge
             if bridge is not None and bridge.steps(optimizer):
                 _watched.discard(state)
-            elif ids & state._param_ids.keys():
+            elif any(_knows(state, p) for p in params):
                 _watched.discard(state)
                 warnings.warn(
                     f"pg_sparse: {type(optimizer).__name__} steps a model whose gradients a "
