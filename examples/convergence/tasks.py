@@ -46,6 +46,7 @@ class Recipe:
     # "constant" after the warm-up, or "cosine": down to a tenth of lr at the
     # last step (nanoGPT's and Chinchilla's schedule), so training ends flat.
     lr_decay: str = "constant"
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW's
 
 
 @dataclass
@@ -241,8 +242,49 @@ def gpt_task(steps: int | None = None) -> Task:
     return _language_model("gpt", corpus, SEQ, lambda: CharGPT(corpus.vocab, SEQ), recipe)
 
 
+def load_python_source(limit: int = 3_000_000) -> Corpus:
+    """Python's own standard library source (the running interpreter's
+    ``*.py`` files, sorted, at most ``limit`` bytes), every tenth file to
+    validation, in the fortunes' alphabet: real text of another kind."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"no Python sources in {root}")
+    train, valid, size = [], [], 0
+    for i, p in enumerate(files):
+        b = p.read_bytes()
+        (valid if i % 10 == 0 else train).append(b)
+        size += len(b)
+        if size >= limit:
+            break
+    table = np.full(256, 0, dtype=np.int64)
+    alphabet = [10] + list(range(32, 127))
+    table[alphabet] = np.arange(1, len(alphabet) + 1)
+    table[32] = 0
+
+    def encode(parts: list[bytes]) -> torch.Tensor:
+        return torch.from_numpy(table[np.frombuffer(b"\n".join(parts), dtype=np.uint8)])
+    return Corpus(encode(train), encode(valid), len(alphabet) + 1)
+
+
+def gptcode_task(steps: int | None = None) -> Task:
+    """Held out (never used to choose a default): a wider character-level
+    GPT-2 (3 layers, width 128) on Python's standard library source, AdamW
+    (weight decay 0.1, betas 0.9/0.95) with warm-up and cosine decay,
+    gradient clipping at 1."""
+    corpus = load_python_source()
+    recipe = Recipe("adamw", lr=2e-3, batch=16, steps=steps or 300, eval_every=30,
+                    weight_decay=0.1, lr_warmup=30, clip=1.0, lr_decay="cosine",
+                    betas=(0.9, 0.95))
+    return _language_model("gptcode", corpus, 48,
+                           lambda: CharGPT(corpus.vocab, 48, layers=3, width=128), recipe)
+
+
 TASKS: dict[str, Callable[..., Task]] = {
-    "digits": digits_task, "mnist1d": mnist1d_task, "lstm": lstm_task, "gpt": gpt_task}
+    "digits": digits_task, "mnist1d": mnist1d_task, "lstm": lstm_task, "gpt": gpt_task,
+    "gptcode": gptcode_task}
 
 
 def optimizer(task: Task, params: list[nn.Parameter], plain_sgd: bool = False
@@ -253,7 +295,7 @@ def optimizer(task: Task, params: list[nn.Parameter], plain_sgd: bool = False
     that is AdamW's decoupled decay exactly)."""
     r = task.recipe
     if r.optimizer == "adamw" and not plain_sgd:
-        opt: torch.optim.Optimizer = torch.optim.AdamW(params, lr=r.lr,
+        opt: torch.optim.Optimizer = torch.optim.AdamW(params, lr=r.lr, betas=r.betas,
                                                        weight_decay=r.weight_decay)
     else:
         momentum = 0.0 if plain_sgd else r.momentum

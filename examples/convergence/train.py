@@ -80,7 +80,8 @@ class Method:
     Adam step), ``est=NAME`` (the threshold estimator, one of
     ``pg_sparse.estimators()``), ``noclip`` (no gradient clipping; also on dense, bf16
     and powersgd), ``exact`` (exact thresholds every step: tau_prime = 1),
-    ``wN`` (N dense warm-up steps instead of the run's default) and
+    ``wN`` (N dense warm-up steps instead of the run's default),
+    ``gfF`` (Ok-Topk's ``global_factor``: G targets F k entries) and
     ``dwN`` (density warm-up: from 0.25 down to DENSITY over the first N
     sparse steps)."""
 
@@ -97,6 +98,7 @@ class Method:
     density_warmup: int = 0
     node: bool = False
     opt: bool = False
+    global_factor: float | None = None  # None: the library's default
 
 
 def parse_method(m: str) -> Method:
@@ -125,6 +127,8 @@ def parse_method(m: str) -> Method:
             out.node = True
         elif f[:1] == "w" and f[1:].isdigit():
             out.warmup = int(f[1:])
+        elif f[:2] == "gf" and f[2:].replace(".", "", 1).isdigit():
+            out.global_factor = float(f[2:])
         elif f[:2] == "dw" and f[2:].isdigit():
             out.density_warmup = int(f[2:])
         else:
@@ -133,7 +137,8 @@ def parse_method(m: str) -> Method:
             (out.norm and not out.adam) or (out.opt and (out.adam or out.mc)):
         raise argparse.ArgumentTypeError(
             f"method {m!r}: one of {TORCH}[+noclip] or "
-            f"ALGO[+mc|+adam[+norm]|+opt][+est=NAME][+noclip][+exact][+node][+wN][+dwN]@DENSITY, "
+            f"ALGO[+mc|+adam[+norm]|+opt][+est=NAME][+noclip][+exact][+node][+wN][+dwN][+gfF]"
+            f"@DENSITY, "
             f"ALGO in {SPARSE}, auto or adtopk")
     return out
 
@@ -198,6 +203,7 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
         # +adam: as the first runs; +opt: the library default (normalized)
         adam_select="normalized" if spec.norm or spec.opt else "gradient",
         estimator=spec.estimator,
+        **({} if spec.global_factor is None else {"global_factor": spec.global_factor}),
         hierarchy="node" if spec.node else "flat", local_size=2 if spec.node else None)
     if spec.algo == "auto":
         ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)

@@ -114,6 +114,7 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   c.warmup_steps = config.warmup_steps;
   c.tau = config.tau;
   c.tau_prime = config.tau_prime;
+  c.global_factor = config.global_factor;
   TORCH_CHECK_VALUE(config.nonfinite == "raise" || config.nonfinite == "skip",
                     "pg_sparse: nonfinite must be 'raise' or 'skip', got '",
                     config.nonfinite, "'");
@@ -137,7 +138,8 @@ SparseBucket::SparseBucket(const c10::intrusive_ptr<c10d::Backend>& backend,
   if (st == PGS_ERR_INVALID)
     TORCH_CHECK_VALUE(false, "pg_sparse: invalid sparse settings (density ",
                       config.density, " must be in (0, 1], tau and tau_prime ",
-                      ">= 1, warmup_steps >= 0)");
+                      ">= 1, warmup_steps >= 0, global_factor ",
+                      config.global_factor, " in [1, 1e6])");
   check(st, "creating a sparse bucket");
 }
 

@@ -29,6 +29,7 @@ struct BucketConfig {
   std::string nonfinite = "raise";
   std::string wire = "float32";       // float32, float16 or bfloat16
   std::string estimator = "default";  // PGS_ESTIMATOR_MAP's names
+  double global_factor = 1.0;         // oktopk: |G| targets factor * k
 };
 
 class SparseBucket {

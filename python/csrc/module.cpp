@@ -114,6 +114,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("warmup_steps", &BucketConfig::warmup_steps)
       .def_readwrite("tau", &BucketConfig::tau)
       .def_readwrite("tau_prime", &BucketConfig::tau_prime)
+      .def_readwrite("global_factor", &BucketConfig::global_factor)
       .def_readwrite("check_finite", &BucketConfig::check_finite)
       .def_readwrite("wire", &BucketConfig::wire)
       .def_readwrite("nonfinite", &BucketConfig::nonfinite)

@@ -80,16 +80,18 @@ def rounds(method: str, p: int) -> float:
     return ring + extra.get(method, 0.0)
 
 
-def words(method: str, p: int, n: int, k: int) -> float:
+def words(method: str, p: int, n: int, k: int, global_factor: float = 1.0) -> float:
     """4-byte words one rank sends in one call (a sparse entry is an index
-    and a value: 2 words). Ok-Topk: the middle of its 2k..6k (P-1)/P bound;
+    and a value: 2 words). Ok-Topk: its k picks split over the regions and
+    its G of ``global_factor`` k entries gathered, 2 (k + gk)(P-1)/P (4k at
+    factor 1: the middle of its 2k..6k (P-1)/P bound);
     TopkA and GaussianK gather every rank's k entries; gTop-k exchanges 2k
     words per recursive-doubling round, then allreduces k values; TopkDSA
     gathers the reduced union (up to P k entries)."""
     f = (p - 1) / p if p > 1 else 0.0
     return {
         "dense": 2.0 * f * n,
-        "oktopk": 4.0 * k * f,
+        "oktopk": 2.0 * (1.0 + global_factor) * k * f,
         "topka": 2.0 * k * (p - 1),
         "gaussiank": 2.0 * k * (p - 1),
         "gtopk": 2.0 * k * _log2(p) + 2.0 * f * k,
@@ -117,10 +119,10 @@ class LinkClasses:
 
 
 def predict(method: str, p: int, n: int, k: int, link: Link, select_s: float,
-            classes: LinkClasses | None = None) -> float:
+            classes: LinkClasses | None = None, global_factor: float = 1.0) -> float:
     """Modelled seconds of one call of ``method`` on a bucket of n values
     (a sparse method's bytes split over the link classes where given)."""
-    sent = 4.0 * words(method, p, n, k)
+    sent = 4.0 * words(method, p, n, k, global_factor)
     if method == "dense" or classes is None or p < 2:
         wire = sent / link.beta_bytes_s
     else:
@@ -256,6 +258,7 @@ class AutoChooser:
         self.classes: LinkClasses | None = None  # measured with the link
         self.select_s: float | None = None
         self.buckets: dict[int, BucketChoice] = {}
+        self.global_factor = 1.0  # Ok-Topk's, set by the SparseState
 
     def create(self, index: int, grad: torch.Tensor, density: float, group: Any,
                saved: dict[str, Any] | None = None) -> str:
@@ -279,7 +282,8 @@ class AutoChooser:
         p = dist.get_world_size(group)
         d = self._density_for(n, p, density)
         k = max(1, round(d * n))
-        pred = {m: predict(m, p, n, k, self.link, self.select_s, self.classes)
+        pred = {m: predict(m, p, n, k, self.link, self.select_s, self.classes,
+                           self.global_factor)
                 for m in ("dense", *self.candidates)}
         algo = min(self.candidates, key=lambda m: pred[m])
         ranked = sorted(("dense", *self.candidates), key=lambda m: pred[m])
@@ -299,7 +303,7 @@ class AutoChooser:
         lo, hi = self.density_range
         grid = [lo * (hi / lo) ** (i / (_DENSITY_POINTS - 1)) for i in range(_DENSITY_POINTS)]
         best = {d: min(predict(m, p, n, max(1, round(d * n)), self.link, self.select_s,
-                               self.classes)
+                               self.classes, self.global_factor)
                        for m in self.candidates) for d in grid}
         fastest = min(best.values())
         return max(d for d, t in best.items() if t <= _DENSITY_SLACK * fastest)

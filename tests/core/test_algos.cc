@@ -70,6 +70,7 @@ class Runner {
   }
 
   pgs_bucket_t *bucket() { return b_; }
+  int status() const { return status_; }
   std::vector<float> acc, out, resid;
   pgs_stats_t stats{};
 
@@ -1214,6 +1215,57 @@ TEST_P(TransportTest, OktopkVolumeBelowBound) {
     // Phase 2's trim ran (in place, where the rank's picks land in G)
     EXPECT_GT(trimmed, 0);
     EXPECT_FALSE(all_ranks(capped == 0));  // and phase 1's on some rank
+  });
+}
+
+// Ok-Topk with global_factor f: G targets kg = f * k entries of the reduced
+// sum (the exact global threshold every step: |G| = kg unless fewer are
+// nonzero), each rank still selects k; nothing is lost, and the words per
+// rank stay below the bound 3 (k + kg)(P-1)/P the stats report.
+TEST_P(TransportTest, OktopkGlobalFactorWidensG) {
+  on_every_rank([&] {
+    const int P = world_size();
+    if (P == 1) GTEST_SKIP() << "no communication at P = 1";
+    const size_t n = 40000;
+    int64_t picked[3] = {0, 0, 0};
+    for (double f : {1.0, 2.0, 3.5}) {
+      pgs_config_t cfg = make_config(PGS_ALGO_OKTOPK, 0.01, 1, 4, 1);
+      cfg.global_factor = f;
+      Runner run(GetParam(), cfg, n);
+      ASSERT_TRUE(all_ranks(run.ok()));
+      for (int64_t step = 0; step < 6; ++step) {
+        ASSERT_TRUE(run.step_all(normal_data(n, 131, world_rank(), step)));
+        if (step == 0) continue;
+        const int64_t k = run.stats.k;
+        const int64_t kg = static_cast<int64_t>(std::floor(f * k + 0.5));
+        int64_t sent = 0, recv = 0;
+        for (int ph = 0; ph < PGS_PHASE_COUNT; ++ph)
+          sent += run.stats.words_sent[ph], recv += run.stats.words_recv[ph];
+        const double bound = 3.0 * (k + kg) * (P - 1) / P;
+        EXPECT_DOUBLE_EQ(run.stats.words_upper_bound, bound);
+        EXPECT_LT(sent, bound) << "f=" << f << " step " << step;
+        EXPECT_LT(recv, bound) << "f=" << f << " step " << step;
+        // Exact every step: G is the kg largest reduced sums (before the
+        // volume cap trims), or every one when the union of the ranks' k
+        // picks is smaller (at f = 1 it never is).
+        const int64_t g = run.stats.global_selected + run.stats.trimmed;
+        EXPECT_LE(g, kg) << "f=" << f << " step " << step;
+        if (f == 1.0) {
+          EXPECT_EQ(g, k) << "step " << step;
+        }
+        picked[f == 1.0 ? 0 : f == 2.0 ? 1 : 2] += g;
+        EXPECT_EQ(conservation_failures(run, n), 0);
+      }
+    }
+    // Random data: the ranks' picks differ, so a wider G takes more.
+    EXPECT_GT(picked[1], picked[0]);
+    EXPECT_GE(picked[2], picked[1]);
+    pgs_config_t bad = make_config(PGS_ALGO_OKTOPK, 0.01, 1);
+    for (double f : {0.5, 0.0, -1.0, std::nan(""), 2e6}) {
+      bad.global_factor = f;
+      Runner run(GetParam(), bad, n);
+      EXPECT_EQ(run.status(), PGS_ERR_INVALID) << "global_factor " << f;
+    }
   });
 }
 

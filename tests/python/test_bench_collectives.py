@@ -5,6 +5,7 @@ baseline, words within the bounds and the dense volume of the ring model."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -76,7 +77,10 @@ def test_words(run):
     ok = rows["oktopk"]
     assert ok["k"] == k
     assert ok["words_lower_bound"] == pytest.approx(2 * k * (P - 1) / P)
-    assert ok["words_upper_bound"] == pytest.approx(6 * k * (P - 1) / P)
+    import pg_sparse
+
+    kg = math.floor(pg_sparse.SparseState().global_factor * k + 0.5)  # G's target
+    assert ok["words_upper_bound"] == pytest.approx(3 * (k + kg) * (P - 1) / P)
     assert 0 < ok["words_sent_max"] <= ok["words_upper_bound"]
     for c in ok["calls"]:
         assert c["words_sent"] <= ok["words_upper_bound"]

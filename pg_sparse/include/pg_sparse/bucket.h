@@ -111,6 +111,12 @@ typedef struct pgs_config {
                                bytes; what rounding leaves out stays in the
                                residual). Indices are int32 either way. */
   pgs_estimator_t estimator; /**< first guess of threshold-based selections */
+  double global_factor;      /**< oktopk: the global selection G targets
+                                  global_factor * k entries of the reduced
+                                  sum (>= 1; each rank still selects k), so
+                                  a step applies about as many entries as
+                                  TopkA's union; the volume bound becomes
+                                  3 (k + kg)(P-1)/P words, kg the target */
 } pgs_config_t;
 
 /** check_finite value: fail on NaN/Inf and restore the residual exactly. */
@@ -119,7 +125,7 @@ typedef struct pgs_config {
 #define PGS_CONFIG_INIT                                                     \
   {                                                                         \
     sizeof(pgs_config_t), PGS_ALGO_OKTOPK, 0.01, 1, 64, 32, 1, PGS_FLOAT32, \
-        PGS_EST_DEFAULT                                                     \
+        PGS_EST_DEFAULT, 1.0                                                \
   }
 
 /** Phases of a call, for per-phase words and times. */

@@ -55,6 +55,7 @@ struct pgs_bucket {
   int rank, size;
   size_t n;
   int64_t k;
+  int64_t kg;   /* oktopk's global target: global_factor * k, at most n */
   float *resid; /* n fp32 in ops memory: the error-feedback residual */
   int64_t step; /* calls completed, warm-up included */
   /* The residual is known to be all zero (fresh, or cleared by a dense

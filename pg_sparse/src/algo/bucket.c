@@ -54,6 +54,9 @@ static int check_config(const pgs_config_t *c, size_t n) {
   if (!(c->density > 0.0) || c->density > 1.0) return PGS_ERR_INVALID;
   if (c->warmup_steps < 0 || c->tau < 1 || c->tau_prime < 1)
     return PGS_ERR_INVALID;
+  /* !(x >= 1) also rejects NaN; the bound keeps k * factor finite. */
+  if (!(c->global_factor >= 1.0) || c->global_factor > 1e6)
+    return PGS_ERR_INVALID;
   if (c->check_finite < 0 || c->check_finite > PGS_FINITE_EXACT)
     return PGS_ERR_INVALID;
   if ((int)c->estimator < 0 || c->estimator >= PGS_EST_COUNT)
@@ -87,6 +90,13 @@ static int64_t target_k(double density, size_t n) {
   return (int64_t)k;
 }
 
+/* k and the global target kg = global_factor * k (at most n). */
+static void set_k(pgs_bucket_t *b, double density) {
+  b->k = target_k(density, b->n);
+  double kg = floor(b->cfg.global_factor * (double)b->k + 0.5);
+  b->kg = kg > (double)b->n ? (int64_t)b->n : (int64_t)kg;
+}
+
 int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
                       const pgs_ops_t *ops, size_t n, pgs_bucket_t **out) {
   if (config == NULL || comm == NULL || ops == NULL || out == NULL)
@@ -105,7 +115,7 @@ int pgs_bucket_create(const pgs_config_t *config, pgs_comm_t *comm,
   b->rank = pgs_comm_rank(comm);
   b->size = pgs_comm_size(comm);
   b->n = n;
-  b->k = target_k(config->density, n);
+  set_k(b, config->density);
   b->algo = algo_table[config->algo];
   b->phase = PGS_PHASE_COUNT;
   b->host_counts = calloc(4 * (size_t)b->size, sizeof(int64_t));
@@ -160,7 +170,7 @@ int pgs_bucket_set_density(pgs_bucket_t *b, double density) {
   /* !(x > 0) also rejects NaN. */
   if (b == NULL || !(density > 0.0) || density > 1.0) return PGS_ERR_INVALID;
   b->cfg.density = density;
-  b->k = target_k(density, b->n);
+  set_k(b, density);
   b->checked = 0; /* the next call compares k across ranks again */
   return PGS_OK;
 }
@@ -349,7 +359,7 @@ int pgs_flag_settle(pgs_bucket_t *b, int any_negative) {
  * call, and after a density change): MAX of (v, -v) gives max and -min, so
  * one small allreduce detects any disagreement. Per-call input problems
  * travel in the algorithms' own messages instead (pgs_flag_*). */
-enum { CHECK_FIELDS = 9 };
+enum { CHECK_FIELDS = 10 };
 
 static int check_settings(pgs_bucket_t *b) {
   const int64_t mine[CHECK_FIELDS] = {(int64_t)b->n,
@@ -360,7 +370,8 @@ static int check_settings(pgs_bucket_t *b) {
                                       b->cfg.tau_prime,
                                       (int64_t)b->cfg.wire_dtype,
                                       b->force_dense,
-                                      (int64_t)b->cfg.estimator};
+                                      (int64_t)b->cfg.estimator,
+                                      b->kg};
   int64_t v[2 * CHECK_FIELDS];
   for (int i = 0; i < CHECK_FIELDS; ++i) {
     v[2 * i] = mine[i];
@@ -382,7 +393,7 @@ static void reset_stats(pgs_bucket_t *b) {
   s->k = b->k;
   double pf = (double)(b->size - 1) / (double)b->size;
   s->words_lower_bound = 2.0 * (double)b->k * pf;
-  s->words_upper_bound = 6.0 * (double)b->k * pf;
+  s->words_upper_bound = 3.0 * (double)(b->k + b->kg) * pf;
   b->syncs0 = b->ops->host_syncs(b->ops);
 }
 

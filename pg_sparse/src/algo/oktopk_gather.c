@@ -1,17 +1,18 @@
 /* Ok-Topk, global half: phase 2 and the finish.
  *
  * G is the set of reduced region entries with |v| >= the global threshold:
- * exact (the k-th largest |v| over all regions, by a distributed radix
- * select over small histograms) on schedule or when the reused threshold
- * picks outside [k/2, 2k], decided on the allgathered counts so every rank
- * agrees. Each rank then holds its region's picks; they are rebalanced so
- * rank j holds floor(T/P) or ceil(T/P) of them in global order, and
- * allgathered (one exchange of indices and values). Output v/P at G;
+ * exact (the kg-th largest |v| over all regions, kg = global_factor * k, by
+ * a distributed radix select over small histograms) on schedule or when the
+ * reused threshold picks outside [kg/2, 2kg], decided on the allgathered counts
+ * so every rank agrees. Each rank then holds its region's picks; they are
+ * rebalanced so rank j holds floor(T/P) or ceil(T/P) of them in global order,
+ * and allgathered (one exchange of indices and values). Output v/P at G;
  * residual cleared at L intersect G.
  *
  * Volume cap: every rank knows every rank's pick count and phase-1 volume,
  * so all compute the same largest per-region cap C that keeps each rank's
- * total below 6k(P-1)/P words sent and received; regions over C keep their
+ * total below 3(k + kg)(P-1)/P words sent and received (6k(P-1)/P at
+ * global_factor 1); regions over C keep their
  * C largest, and the rest stays in the residuals of the ranks that sent it. */
 #include <string.h>
 
@@ -24,12 +25,13 @@ static float float_of_bits(uint32_t u) {
   return f;
 }
 
-/* Exact k-th largest |v| over all ranks' regions; 0 if at most k are
- * nonzero (then G takes every nonzero). Four allreduces of 256 counts. */
+/* Exact kg-th largest |v| over all ranks' regions (kg: the global target,
+ * global_factor * k); 0 if at most kg are nonzero (then G takes every
+ * nonzero). Four allreduces of 256 counts. */
 static int global_kth(pgs_bucket_t *b, oktopk_state_t *s, float *thr) {
   const pgs_split_t *sp = &s->split;
   uint32_t prefix = 0;
-  int64_t left = b->k;
+  int64_t left = b->kg;
   for (int level = 0; level < PGS_HIST_LEVELS; ++level) {
     memset(s->hist, 0, PGS_HIST_BINS * sizeof(int64_t));
     int st = b->ops->hist_abs(b->ops, sp->lval, (size_t)sp->lm, level, prefix,
@@ -103,7 +105,8 @@ static int fits(const pgs_bucket_t *b, const oktopk_state_t *s, int64_t C) {
   if (P == 1) return 1;
   int64_t T = 0;
   for (int j = 0; j < P; ++j) T += min64(s->info[3 * j], C);
-  const int64_t limit = 6 * b->k * (P - 1); /* words * P must stay below */
+  /* words * P must stay below: phase 1's 3k(P-1)/P and G's 3kg(P-1)/P */
+  const int64_t limit = 3 * (b->k + b->kg) * (P - 1);
   int64_t held = 0;
   for (int j = 0; j < P; ++j) {
     int64_t c = min64(s->info[3 * j], C), t = share(T, P, j);
@@ -268,7 +271,7 @@ static int global_threshold(pgs_bucket_t *b, oktopk_state_t *s,
   if (!exact) {
     st = count_and_share(b, s, s->thr_global, T);
     /* Every rank sees the same T, so all take the same branch. */
-    exact = st == PGS_OK && (*T < (b->k + 1) / 2 || *T > 2 * b->k);
+    exact = st == PGS_OK && (*T < (b->kg + 1) / 2 || *T > 2 * b->kg);
   }
   if (st == PGS_OK && exact) {
     st = global_kth(b, s, &s->thr_global);
@@ -288,7 +291,7 @@ int pgs_oktopk_gather(pgs_bucket_t *b, oktopk_state_t *s, int64_t sparse_step,
   int st = global_threshold(b, s, sparse_step, &thr, &T);
   if (st != PGS_OK) return st;
   /* Every rank sees the same T, so the nudged threshold stays common. */
-  s->thr_global = pgs_oktopk_nudge(thr, T, b->k, s->nudge_down, s->nudge_up);
+  s->thr_global = pgs_oktopk_nudge(thr, T, b->kg, s->nudge_down, s->nudge_up);
   const int64_t cap = volume_cap(b, s);
   int64_t at = 0; /* where this rank's picks start in G */
   T = 0;

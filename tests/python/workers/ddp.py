@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 import os
 import pickle
 import sys
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from workers import ddp_optim  # noqa: E402
+from workers import ddp_optim, ddp_optimizer  # noqa: E402
 from workers.common import (  # noqa: E402
     ALGOS,
     HALF_TOL,
@@ -463,11 +464,12 @@ def oktopk_trains() -> str:
                 problems.append(f"step {step} bucket {i}: sent {s['words_sent']} recv "
                                 f"{s['words_recv']} bound {up}")
             worst[0] = max(worst[0], s["words_sent"] / up, s["words_recv"] / up)
-            if abs(up - 6 * s["k"] * (C.world_size - 1) / C.world_size) > 1e-6:
-                problems.append(f"bucket {i}: bound {up} is not 6k(P-1)/P, k={s['k']}")
+            kg = math.floor(state.global_factor * s["k"] + 0.5)  # G's target
+            if abs(up - 3 * (s["k"] + kg) * (C.world_size - 1) / C.world_size) > 1e-6:
+                problems.append(f"bucket {i}: bound {up} is not 3(k+kg)(P-1)/P, k={s['k']}")
             d = s["density"]
             densities.append(d)
-            if not 0 < d <= 2 * s["k"] / s["n"] + 1e-12:
+            if not 0 < d <= 2 * kg / s["n"] + 1e-12:
                 problems.append(f"step {step} bucket {i}: density {d:.4g} (k/n "
                                 f"{s['k'] / s['n']:.4g})")
             if not 0 < s["local_selected"] <= 2 * s["k"]:
@@ -648,6 +650,7 @@ def plan(world_size: int) -> list[tuple[str, Callable[[], str]]]:
     checks += [("native_hook_fallbacks", native_hook_fallbacks),
                ("native_hook_nonfinite", native_hook_nonfinite)]
     checks += ddp_optim.plan()
+    checks += ddp_optimizer.plan()
     checks += [("oktopk_density001_trains", oktopk_trains),
                ("state_dict_resume_load_state_dict", resume("load_state_dict")),
                ("state_dict_resume_pickle", resume("pickle")),
