@@ -29,6 +29,10 @@ def test_model_matches_the_formulas():
     assert _auto.predict("oktopk", p, n, k, link, 1e-9) == pytest.approx(ok)
     topka = 1e-9 * n + 6 * 50e-6 + 4 * (2 * k * 3) / 125e6
     assert _auto.predict("topka", p, n, k, link, 1e-9) == pytest.approx(topka)
+    # Ok-Topk with global_factor g gathers g k entries: 2 (k + g k)(P-1)/P words.
+    ok3 = 1e-9 * n + (6 + 3 * 2) * 50e-6 + 4 * (2 * (k + 3 * k) * 3 / 4) / 125e6
+    assert _auto.predict("oktopk", p, n, k, link, 1e-9, None, 3.0) == pytest.approx(ok3)
+    assert pg_sparse.SparseState(algo="auto", global_factor=3)._auto.global_factor == 3.0
     # Slow link: sparse wins; fast link: dense wins.
     assert ok < dense
     fast = _auto.Link(alpha_s=5e-6, beta_bytes_s=50e9)

@@ -81,6 +81,23 @@ def test_state_dict_is_versioned_and_strict():
         other.load_state_dict({"version": 2})
 
 
+def test_global_factor_checked_saved_and_read_from_old_checkpoints():
+    """Ok-Topk's global_factor: default 2, refused outside [1, 1e6] with its
+    name, kept by state_dict, and 1 (the factor they ran with) for
+    checkpoints written before it existed."""
+    assert pg_sparse.SparseState().global_factor == 2.0
+    for bad in (0.5, 0.0, -1.0, float("nan"), 2e6, "2"):
+        with pytest.raises(ValueError, match="global_factor"):
+            pg_sparse.SparseState(global_factor=bad)
+    sd = pg_sparse.SparseState(global_factor=3.5).state_dict()
+    other = pg_sparse.SparseState()
+    other.load_state_dict(sd)
+    assert other.global_factor == 3.5
+    old = {**sd, "config": {k: v for k, v in sd["config"].items() if k != "global_factor"}}
+    other.load_state_dict(old)
+    assert other.global_factor == 1.0
+
+
 def test_pickling_warns_when_it_drops_the_process_group():
     state = pg_sparse.SparseState(density=0.02)
     again = pickle.loads(pickle.dumps(state))  # no group: silent

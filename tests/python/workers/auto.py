@@ -145,7 +145,8 @@ def check_classes(rank: int, oracle) -> None:
     assert s["auto_cross_beta_bytes_s"] == ch.classes.cross.beta_bytes_s, s
     n, k = int(s["n"]), max(1, round(0.05 * int(s["n"])))
     for m in ("dense", *pg_sparse._auto.CANDIDATES):
-        want = pg_sparse._auto.predict(m, 4, n, k, ch.link, ch.select_s, ch.classes)
+        want = pg_sparse._auto.predict(m, 4, n, k, ch.link, ch.select_s, ch.classes,
+                                       st.global_factor)  # Ok-Topk's G size
         assert s[f"auto_model_{m}_s"] == want, (m, s)
     one = pg_sparse.SparseState(algo="auto", density=0.05, local_size=4)
     run(one, oracle, 1)
