@@ -87,6 +87,19 @@ def _plain_residual(state) -> object:
     return saved["residual"] if scale is None else saved["residual"] * scale
 
 
+def _backward(local, model, opt, s: int) -> object:
+    """Step ``s``'s backward on DDP ``model`` (the hook runs) and on
+    ``local``, a plain copy of its parameters; returns this rank's own
+    gradient, flat in parameter order."""
+    local.load_state_dict(model.module.state_dict())
+    local.zero_grad()
+    x, y = eq_data(s)
+    C.F.mse_loss(local(x), y).backward()
+    opt.zero_grad(set_to_none=True)
+    C.F.mse_loss(model(x), y).backward()
+    return _flat(p.grad for p in local.parameters())
+
+
 def _natural(state, model, flat) -> object:
     """A bucket-0 tensor in the state's layout (the residual's order), put
     in the order of model.parameters()."""
@@ -129,13 +142,7 @@ def sparse_oracle(kind: str, algo: str) -> Callable[[], str]:
         for s in range(8):
             t = s + 1
             before = _natural(state, model, _plain_residual(state)) if s >= 2 else 0.0
-            local.load_state_dict(model.module.state_dict())
-            local.zero_grad()
-            x, y = eq_data(s)
-            C.F.mse_loss(local(x), y).backward()
-            opt.zero_grad(set_to_none=True)
-            C.F.mse_loss(model(x), y).backward()
-            g = _flat(p.grad for p in local.parameters())
+            g = _backward(local, model, opt, s)
             p0 = _flat(local.parameters())
             got = _flat(p.grad for p in model.parameters())
             if s < 2:  # dense: the average
@@ -206,13 +213,7 @@ def clip_moves_before_residual() -> str:
     for s in range(8):
         known = bridge.max_norm
         before = _natural(state, model, _plain_residual(state)) if s >= 3 else None
-        local.load_state_dict(model.module.state_dict())
-        local.zero_grad()
-        x, y = eq_data(s)
-        C.F.mse_loss(local(x), y).backward()
-        opt.zero_grad(set_to_none=True)
-        C.F.mse_loss(model(x), y).backward()
-        g = _flat(p.grad for p in local.parameters())
+        g = _backward(local, model, opt, s)
         if s >= 3:
             assert known is not None, "max_norm not learned in the dense steps"
             assert float(g.norm()) > known, "the local gradient is not clipped: idle check"
