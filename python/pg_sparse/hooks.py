@@ -61,11 +61,11 @@ def _run(state: SparseState, bucket: dist.GradBucket,
         state._serve_natively(index, native, params,
                               -1 if auto is None else auto.native_calls(index))
         return fut
-    # The state refers to another packing of these parameters (DDP's
-    # first iteration after a restore): run it in that order.
     dense = adam and state._next_is_dense(index, native)
     if bridge is not None and not dense:
         buf = bridge.l2(params, buf)  # Adam's L2 decay joins the sparse stream
+    # The state refers to another packing of these parameters (DDP's
+    # first iteration after a restore): run it in that order.
     x = buf if segments is None else _permute(buf, segments)
     if state.momentum:
         x = state._corrected(index, x)
@@ -322,7 +322,9 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any,
     it is): for ``torch.optim.Adam`` and ``AdamW`` the library keeps Adam's
     moments and steps the DDP parameters at the optimizer's ``step()``:
     the hook hands DDP the reduced gradient (clip it, log it, scale it as
-    usual), and each entry a sparse call carried after waiting ``a`` calls
+    usual: a ``clip_grad_norm_`` after backward is recognised, and its max
+    norm applied to each rank's gradient before the residual instead of to
+    the bursts a sparse call delivers), and each entry a sparse call carried after waiting ``a`` calls
     gets the ``a`` Adam steps it missed at once, with the ``lr``, ``betas``,
     ``eps`` and ``weight_decay`` of its parameter group read at every step
     (so LR schedulers work; AdamW's decay decoupled, Adam's as L2 on the
@@ -330,9 +332,11 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any,
     optimizer's own step skips those parameters, and
     ``optimizer.state_dict()`` / ``load_state_dict()`` carry the hook state
     (per rank: save every rank's). ``SGD`` (with or without momentum) steps
-    the error-feedback stream as it is (its velocity integrates the bursts;
-    measured best for momentum SGD), and its state dict carries the hook
-    state too. Without ``optimizer=``, an Adam-type optimizer stepping the
+    the error-feedback stream as it is (its velocity integrates the bursts
+    at the right average rate; DGC's momentum correction,
+    ``SparseState(momentum=...)`` with plain SGD, is the option that helped
+    a character LSTM and hurt the CNNs), and its state dict carries the
+    hook state too. Without ``optimizer=``, an Adam-type optimizer stepping the
     model warns once.
 
     A Python comm hook costs DDP a Python call for every bucket and a Python
