@@ -324,8 +324,9 @@ def register_comm_hook(ddp: Any, state: Any, hook: Any,
     the hook hands DDP the reduced gradient (clip it, log it, scale it as
     usual: a ``clip_grad_norm_`` after backward is recognised, and its max
     norm applied to each rank's gradient before the residual instead of to
-    the bursts a sparse call delivers), and each entry a sparse call carried after waiting ``a`` calls
-    gets the ``a`` Adam steps it missed at once, with the ``lr``, ``betas``,
+    the bursts a sparse call delivers), and each entry a sparse call
+    carried after waiting ``a`` calls gets the ``a`` Adam steps it missed at
+    once, with the ``lr``, ``betas``,
     ``eps`` and ``weight_decay`` of its parameter group read at every step
     (so LR schedulers work; AdamW's decay decoupled, Adam's as L2 on the
     sparse stream). Dense (warm-up) calls are exactly Adam's step. The
