@@ -254,7 +254,8 @@ def report(args: argparse.Namespace, sparse: RunResult, dense: RunResult,
     print(f"\n{sparse.name}: achieved density {sparse.density:.4f} "
           f"(target {args.density}) over {sparse.sparse_steps} sparse steps "
           f"after {sparse.steps - sparse.sparse_steps} dense warm-up step(s); "
-          f"max over its steps of words sent / 6k(P-1)/P (Ok-Topk's bound): {bound:.4f}")
+          f"max over its steps of words sent / Ok-Topk's bound 3(k+kg)(P-1)/P "
+          f"(kg = global_factor k): {bound:.4f}")
     for name, _, _, _, mb_max, agree in rows:
         print(f"{name}: max MB sent by one rank {mb_max:.3f}; "
               f"replicas identical: {'yes' if agree else 'NO'}")

@@ -167,8 +167,9 @@ def oktopk_hook(state: SparseState,
 
     Each rank selects its top-k of gradient + residual by a threshold; the
     ranks reduce the selections in regions balanced by their quantiles, select
-    the global top-k of the sum and gather it. At most 6k(P-1)/P words per
-    rank (2k(P-1)/P at best).
+    the ``state.global_factor`` k largest of the sum (2 by default; 1 is the
+    paper's global top-k) and gather them. At most 3(k + factor k)(P-1)/P
+    words per rank (6k(P-1)/P at factor 1).
 
     Example::
         >>> ddp.register_comm_hook(pg_sparse.SparseState(density=0.01, warmup_steps=10),

@@ -16,7 +16,8 @@ all ranks plus per-rank noise, heavy-tailed, different every call) through
 state (Ok-Topk reuses them), then ``--repeats`` timed calls. A call's time is
 the slowest rank's (each call starts after a barrier); its words are the
 largest ``words_sent`` of any rank, held against the lower bound 2k(P-1)/P
-and the upper bound 6k(P-1)/P, and the dense volume 2n(P-1)/P (the ring
+and the upper bound 3(k + kg)(P-1)/P (kg: Ok-Topk's global target,
+``global_factor`` k; 6k(P-1)/P at factor 1), and the dense volume 2n(P-1)/P (the ring
 model the backend counts dense allreduce by). The first call (exact
 thresholds, first repartition) is reported apart, as ``first_s``.
 """
@@ -366,7 +367,7 @@ def _write(args: argparse.Namespace, ctx: Context, rows: list[dict[str, Any]],
             "words_sent_max", "words_lower_bound", "words_upper_bound", "words_vs_upper",
             "words_vs_dense"]
     heads = ["algo", "n", "density", "k", "median s", "min s", "max s", "first call s",
-             "x gloo", "words/rank (max)", "2k(P-1)/P", "6k(P-1)/P", "words/upper",
+             "x gloo", "words/rank (max)", "2k(P-1)/P", "3(k+kg)(P-1)/P", "words/upper",
              "words/dense"]
     write_markdown(out / "collectives.md", "Collectives: one call of every algorithm", ctx, [
         f"P = {ctx.world_size}; per case {args.warmup} warm-up calls, then the median "
@@ -409,7 +410,7 @@ def _plot(rows: list[dict[str, Any]], ctx: Context, out: Path,
                 ax.plot(ns, [b[1] for b in bound], color="0.4", linestyle=":",
                         marker="_", label="2k(P-1)/P")
                 ax.plot(ns, [b[2] for b in bound], color="0.2", linestyle="--",
-                        marker="_", label="6k(P-1)/P")
+                        marker="_", label="3(k+kg)(P-1)/P")
                 ax.plot(ns, [b[3] for b in bound], color="k", linestyle="-.",
                         marker="_", label="dense 2n(P-1)/P")
             ax.set_xscale("log", base=2)
