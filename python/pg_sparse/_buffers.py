@@ -1,7 +1,8 @@
-"""Per-bucket hook buffers (momentum, Adam's moments) that survive DDP's
-bucket rebuilds: one fp32 tensor per bucket in the native bucket's order,
-with a view of it per parameter, so a bucket packed differently starts from
-its parameters' values instead of zeros."""
+"""Bucket layouts: per-bucket hook buffers (momentum, Adam's moments) that
+survive DDP's bucket rebuilds (one fp32 tensor per bucket in the native
+bucket's order, with a view of it per parameter, so a bucket packed
+differently starts from its parameters' values instead of zeros), and the
+permutation between two packings of the same parameters."""
 
 from __future__ import annotations
 
@@ -61,3 +62,34 @@ class ParamBuffers:
         """A CPU copy for a checkpoint, ``None`` when the bucket has none."""
         t = self.tensors.get(index)
         return None if t is None else t.cpu().clone()
+
+
+def _segments(layout: Sequence[tuple[int, int]],
+              target: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(offset, numel) in a bucket packed as ``layout`` of each parameter of
+    ``target``, in target's order (adjacent runs merged)."""
+    offsets, at = {}, 0
+    for pid, n in layout:
+        offsets[pid] = at
+        at += n
+    segs: list[tuple[int, int]] = []
+    for pid, n in target:
+        o = offsets[pid]
+        if segs and segs[-1][0] + segs[-1][1] == o:
+            segs[-1] = (segs[-1][0], segs[-1][1] + n)
+        else:
+            segs.append((o, n))
+    return segs
+
+
+def _permute(t: torch.Tensor, segs: list[tuple[int, int]], inverse: bool = False
+             ) -> torch.Tensor:
+    """Gather ``t``'s segments in order (or, inverse, scatter them back)."""
+    if not inverse:
+        return torch.cat([t[o:o + n] for o, n in segs])
+    out = torch.empty_like(t)
+    at = 0
+    for o, n in segs:
+        out[o:o + n] = t[at:at + n]
+        at += n
+    return out

@@ -14,9 +14,10 @@ own ``lr``, ``betas``, ``eps`` and ``weight_decay`` of its parameter group
 (read at every step, so schedulers work); the other entries wait. AdamW's
 decay is decoupled (every entry, every step), Adam's is L2: ``wd * p`` joins
 each rank's gradient before the sparse stream, so it keeps its error
-feedback (on a dense call it is added at the step, after the user's clipping,
-as ``torch.optim.Adam`` does). The optimizer skips the parameters stepped here (their ``grad`` is
-hidden during its ``step``), and its ``state_dict()`` carries the hook state.
+feedback (on a dense call it is added at the step, after the user's
+clipping, as ``torch.optim.Adam`` does). The optimizer skips the parameters
+stepped here (their ``grad`` is hidden during its ``step``), and its
+``state_dict()`` carries the hook state.
 
 Without ``optimizer=``, a global optimizer step pre-hook
 (``torch.optim.optimizer.register_optimizer_step_pre_hook``) watches which
@@ -108,12 +109,8 @@ class OptimizerBridge:
         opt = self._optimizer()
         if self.kind != "adam" or opt is None or not params:
             return buf
-        wd = {id(p): float(g["weight_decay"]) for g in opt.param_groups for p in g["params"]}
-        if not any(wd.get(id(p), 0.0) for p in params):
-            return buf
-        term = torch.cat([p.detach().reshape(-1).to(buf.dtype) * wd.get(id(p), 0.0)
-                          for p in params])
-        return buf + term
+        term = _l2_term(params, _groups(opt), buf.dtype)
+        return buf if term is None else buf + term
 
     def clip_local(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """A sparse call's gradient ``x`` of bucket ``index`` clipped on this
@@ -122,10 +119,10 @@ class OptimizerBridge:
         model's gradient (this bucket now, the others at their last call), as
         ``clip_grad_norm_`` scales a dense gradient. Clipping the burst a
         sparse call delivers instead holds back every entry it carries."""
+        if self.max_norm is None:  # no clipping seen: no pass over x
+            return x
         sq = torch.linalg.vector_norm(x.float()).square()
         self._local_sq[index] = sq
-        if self.max_norm is None:
-            return x
         total = sum((v for i, v in self._local_sq.items() if i != index), sq).sqrt()
         return x * torch.clamp(self.max_norm / (total + 1e-6), max=1.0).to(x.dtype)
 
@@ -141,7 +138,7 @@ class OptimizerBridge:
         state = self._state()
         if state is None or not self._pending:
             return
-        groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+        groups = _groups(optimizer)
         params = state._params_by_id()
         with torch.no_grad():
             todo = []
@@ -164,8 +161,14 @@ class OptimizerBridge:
         reduced gradients by (1.0: not clipped); learns its max norm. A
         uniform scaling counts as clipping once two steps scaled to the same
         norm: ``GradScaler.unscale_`` scales too, to a norm that varies."""
-        out = sum(float(self._out_sq[i]) for i, _, _, _ in todo if i in self._out_sq)
-        now = sum(float(torch.linalg.vector_norm(g).square()) for _, _, _, g in todo)
+        if not todo:
+            return 1.0
+        # Both totals in one read-back (one host sync on a GPU).
+        sums = torch.stack([
+            sum((self._out_sq[i] for i, _, _, _ in todo if i in self._out_sq),
+                torch.zeros((), device=todo[0][3].device)),
+            sum(torch.linalg.vector_norm(g).square() for _, _, _, g in todo)]).tolist()
+        out, now = float(sums[0]), float(sums[1])
         if not out or now >= out * (1.0 - 1e-5):
             return 1.0
         norm = math.sqrt(now)  # clip_grad_norm_'s max_norm (to 1e-6)
@@ -194,7 +197,9 @@ class OptimizerBridge:
                              f"betas or eps {sorted(hyper)}; use one betas and eps per model")
         (betas, eps), = hyper
         if self.kind == "adam" and dense:  # L2 as torch.optim.Adam (a sparse call carried it)
-            g = _plus_l2(g, live, groups)
+            term = _l2_term([p for p in live if p.grad is not None], groups, g.dtype, live)
+            if term is not None:
+                g.add_(term)
         upd = state._adam_direction(index, g, dense, (float(betas[0]), float(betas[1])),
                                     float(eps))
         at = 0
@@ -247,16 +252,21 @@ def _flat_grad(params: list[torch.Tensor]) -> torch.Tensor:
                       else p.grad.detach().reshape(-1).float() for p in params])
 
 
-def _plus_l2(g: torch.Tensor, params: list[torch.Tensor], groups: dict[int, Any]
-             ) -> torch.Tensor:
-    """``g`` plus each parameter's ``weight_decay * p``, as torch.optim.Adam."""
-    at = 0
-    for p in params:
-        n, wd = p.numel(), float(groups[id(p)]["weight_decay"])
-        if wd and p.grad is not None:
-            g[at:at + n].add_(p.detach().reshape(-1).float(), alpha=wd)
-        at += n
-    return g
+def _groups(optimizer: torch.optim.Optimizer) -> dict[int, Any]:
+    """id(parameter) -> its parameter group."""
+    return {id(p): g for g in optimizer.param_groups for p in g["params"]}
+
+
+def _l2_term(decayed: list[torch.Tensor], groups: dict[int, Any], dtype: torch.dtype,
+             layout: list[torch.Tensor] | None = None) -> torch.Tensor | None:
+    """Adam's L2 term ``weight_decay * p`` of the ``decayed`` parameters,
+    flat in the order of ``layout`` (default: ``decayed``; zeros for the
+    others), or None when no weight decay applies."""
+    wd = {id(p): float(groups[id(p)]["weight_decay"]) for p in decayed if id(p) in groups}
+    if not any(wd.values()):
+        return None
+    return torch.cat([p.detach().reshape(-1).to(dtype) * wd.get(id(p), 0.0)
+                      for p in (decayed if layout is None else layout)])
 
 
 def _check_adam_groups(optimizer: torch.optim.Optimizer, state: Any) -> None:

@@ -27,6 +27,20 @@ class OptimizerInHook:
     _param_adam: dict[int, int]
     _layouts: dict[int, Any]
     _warmup_of: dict[int, int]
+    _param_ids: dict[int, Any]
+    _bridge: Any
+    precondition: str | None
+
+    @property
+    def _adam_on(self) -> bool:
+        """Adam's moments kept by this state: in the hook
+        (``precondition="adam"``) or at an Adam optimizer's step."""
+        return bool(self.precondition) or \
+            (self._bridge is not None and self._bridge.adam)
+
+    def _params_by_id(self) -> dict[int, torch.Tensor | None]:
+        """Parameter id (as in the layouts) -> the parameter, None if gone."""
+        return {pid: ref() for ref, pid in self._param_ids.values()}
 
     # -- momentum correction ------------------------------------------
     def _corrected(self, index: int, x: torch.Tensor) -> torch.Tensor:

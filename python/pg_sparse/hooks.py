@@ -12,9 +12,10 @@ import torch
 import torch.distributed as dist
 
 from . import _hierarchy, _optbridge, adtopk
+from ._buffers import _permute
 from .adtopk import ADTopkState
 from .lowrank import ACPSGDState, _acp_step, powerSGD_hook
-from .state import SparseState, _permute
+from .state import SparseState
 
 # torch's PowerSGD hook, under this module's naming, for comparisons in the
 # same runs: it reduces through whatever backend its state's group uses.

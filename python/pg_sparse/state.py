@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C, _auto, _hierarchy
-from ._buffers import ParamBuffers
+from ._buffers import ParamBuffers, _permute, _segments
 from ._optim import OptimizerInHook, check_adam
 
 # The core's algorithm table (PGS_ALGO_MAP in bucket.h), in its order.
@@ -342,17 +342,6 @@ class SparseState(OptimizerInHook):
         self._bridge: Any = None
         self._watched = False  # _optbridge.watch has seen this state
 
-    @property
-    def _adam_on(self) -> bool:
-        """Adam's moments kept by this state: in the hook
-        (``precondition="adam"``) or at an Adam optimizer's step."""
-        return bool(self.precondition) or \
-            (self._bridge is not None and self._bridge.adam)
-
-    def _params_by_id(self) -> dict[int, torch.Tensor | None]:
-        """Parameter id (as in the layouts) -> the parameter, None if gone."""
-        return {pid: ref() for ref, pid in self._param_ids.values()}
-
     # -- native buckets -------------------------------------------------
     def _config(self, tensor: torch.Tensor, warmup: int, algo: str | None = None) -> Any:
         c = _C.BucketConfig()
@@ -680,37 +669,6 @@ class SparseState(OptimizerInHook):
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__init__()
         self.load_state_dict(d["state"])
-
-
-def _segments(layout: Sequence[tuple[int, int]],
-              target: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(offset, numel) in a bucket packed as ``layout`` of each parameter of
-    ``target``, in target's order (adjacent runs merged)."""
-    offsets, at = {}, 0
-    for pid, n in layout:
-        offsets[pid] = at
-        at += n
-    segs: list[tuple[int, int]] = []
-    for pid, n in target:
-        o = offsets[pid]
-        if segs and segs[-1][0] + segs[-1][1] == o:
-            segs[-1] = (segs[-1][0], segs[-1][1] + n)
-        else:
-            segs.append((o, n))
-    return segs
-
-
-def _permute(t: torch.Tensor, segs: list[tuple[int, int]], inverse: bool = False
-             ) -> torch.Tensor:
-    """Gather ``t``'s segments in order (or, inverse, scatter them back)."""
-    if not inverse:
-        return torch.cat([t[o:o + n] for o, n in segs])
-    out = torch.empty_like(t)
-    at = 0
-    for o, n in segs:
-        out[o:o + n] = t[at:at + n]
-        at += n
-    return out
 
 
 def _untouched(bucket: Any) -> bool:

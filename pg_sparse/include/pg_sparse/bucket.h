@@ -113,10 +113,11 @@ typedef struct pgs_config {
   pgs_estimator_t estimator; /**< first guess of threshold-based selections */
   double global_factor;      /**< oktopk: the global selection G targets
                                   global_factor * k entries of the reduced
-                                  sum (>= 1; each rank still selects k), so
-                                  a step applies about as many entries as
-                                  TopkA's union; the volume bound becomes
-                                  3 (k + kg)(P-1)/P words, kg the target */
+                                  sum (>= 1; each rank still selects k;
+                                  1: the paper's global top-k), so a step
+                                  applies more of what TopkA's union would;
+                                  the volume bound becomes 3 (k + kg)(P-1)/P
+                                  words, kg the target */
 } pgs_config_t;
 
 /** check_finite value: fail on NaN/Inf and restore the residual exactly. */

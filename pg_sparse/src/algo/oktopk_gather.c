@@ -12,8 +12,8 @@
  * Volume cap: every rank knows every rank's pick count and phase-1 volume,
  * so all compute the same largest per-region cap C that keeps each rank's
  * total below 3(k + kg)(P-1)/P words sent and received (6k(P-1)/P at
- * global_factor 1); regions over C keep their
- * C largest, and the rest stays in the residuals of the ranks that sent it. */
+ * global_factor 1); regions over C keep their C largest, and the rest stays
+ * in the residuals of the ranks that sent it. */
 #include <string.h>
 
 #include "algo/oktopk.h"

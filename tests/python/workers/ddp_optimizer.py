@@ -26,6 +26,7 @@ from workers.ddp_common import (
     mlp,
     params,
 )
+from workers.ddp_optim import _plain_residual
 
 LR, WD, BETAS, EPS = 0.01, 0.1, (0.9, 0.999), 1e-8
 ONE_BUCKET_MB = 25  # the MLP in one bucket: the residual is bucket 0's
@@ -79,12 +80,6 @@ def dense_matches(kind: str) -> Callable[[], str]:
 
 def _flat(tensors) -> object:
     return C.torch.cat([t.detach().reshape(-1).float() for t in tensors])
-
-
-def _plain_residual(state) -> object:
-    saved = state.state_dict()["buckets"][0]
-    scale = saved["residual_scale"]
-    return saved["residual"] if scale is None else saved["residual"] * scale
 
 
 def _backward(local, model, opt, s: int) -> object:
