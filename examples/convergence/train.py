@@ -205,8 +205,12 @@ def _hook(ddp: DDP, method: str, warmup: int, recipe_momentum: float, nesterov: 
         estimator=spec.estimator,
         **({} if spec.global_factor is None else {"global_factor": spec.global_factor}),
         hierarchy="node" if spec.node else "flat", local_size=2 if spec.node else None)
-    if spec.algo == "auto":
+    if spec.algo == "auto" and not spec.opt:
         ddp.register_comm_hook(state, pg_sparse.hooks.sparse_hook)
+        return state
+    if spec.algo == "auto":
+        pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.sparse_hook,
+                                           optimizer=opt)
         return state
     if spec.opt:
         pg_sparse.hooks.register_comm_hook(ddp, state, pg_sparse.hooks.HOOKS[spec.algo],

@@ -370,6 +370,10 @@ class AutoChooser:
         native.set_dense(c.dense)
         return native
 
+    def is_dense(self, index: int) -> bool:
+        """Whether bucket ``index``'s call (after ``before_call``) is dense."""
+        return self.buckets[index].dense
+
     def native_calls(self, index: int) -> int:
         """After a call of bucket ``index`` (from ``before_call`` on), the
         calls DDP's C++ hook may run before the next decision, which the

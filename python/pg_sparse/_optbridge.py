@@ -83,6 +83,7 @@ class OptimizerBridge:
         self._pending: dict[int, bool] = {}
         self._out_sq: dict[int, torch.Tensor] = {}
         self._local_sq: dict[int, torch.Tensor] = {}
+        self._grad_buf: dict[int, torch.Tensor] = {}  # per bucket, reused every step
         # The user's clip_grad_norm_ max norm, once two steps showed it.
         self.max_norm: float | None = None
         self._seen_norm: float | None = None
@@ -124,7 +125,10 @@ class OptimizerBridge:
         sq = torch.linalg.vector_norm(x.float()).square()
         self._local_sq[index] = sq
         total = sum((v for i, v in self._local_sq.items() if i != index), sq).sqrt()
-        return x * torch.clamp(self.max_norm / (total + 1e-6), max=1.0).to(x.dtype)
+        # In place: x is the bucket's buffer or a copy of it, which the
+        # reduction overwrites anyway; a new bucket-sized tensor every call
+        # costs its page faults again.
+        return x.mul_(torch.clamp(self.max_norm / (total + 1e-6), max=1.0).to(x.dtype))
 
     def received(self, index: int, g: torch.Tensor, dense: bool) -> None:
         """Note a call's reduced gradient (fp32, gradient units) for the step."""
@@ -147,7 +151,7 @@ class OptimizerBridge:
                 if layout is not None:
                     live = self._check_bucket(index, [params[pid] for pid, _ in layout],
                                               groups)
-                    todo.append((index, dense, live, _flat_grad(live)))
+                    todo.append((index, dense, live, self._flat_grad(index, live)))
             factor = self._user_clip(todo)
             for index, dense, live, g in todo:
                 if not dense and factor < 1.0:
@@ -200,20 +204,48 @@ class OptimizerBridge:
             term = _l2_term([p for p in live if p.grad is not None], groups, g.dtype, live)
             if term is not None:
                 g.add_(term)
-        upd = state._adam_direction(index, g, dense, (float(betas[0]), float(betas[1])),
-                                    float(eps))
+        b = (float(betas[0]), float(betas[1]))
+        if dense:
+            upd, hit = state._adam_direction(index, g, True, b, float(eps)), None
+        else:
+            hit, upd = state._adam_sparse(index, g, b, float(eps))
+            # Each parameter's slice of the ascending carried indices.
+            ends = torch.tensor([p.numel() for p in live], device=hit.device).cumsum(0)
+            cut = [0, *torch.searchsorted(hit, ends).tolist()]
         at = 0
-        for p in live:
+        for i, p in enumerate(live):
             n = p.numel()
             if p.grad is not None:
                 group = groups[id(p)]
                 lr, wd = float(group["lr"]), float(group["weight_decay"])
                 if self.kind == "adamw" and wd:
                     p.mul_(1.0 - lr * wd)  # AdamW's decoupled decay
-                p.add_(upd[at:at + n].view_as(p).to(p.dtype), alpha=-lr)
+                if hit is None:
+                    p.add_(upd[at:at + n].view_as(p).to(p.dtype), alpha=-lr)
+                else:  # only the carried entries move
+                    _add_at(p, hit[cut[i]:cut[i + 1]] - at, upd[cut[i]:cut[i + 1]], -lr)
                 self._stash.append((p, p.grad))
                 p.grad = None  # the optimizer's own step skips p
             at += n
+
+    def _flat_grad(self, index: int, params: list[torch.Tensor]) -> torch.Tensor:
+        """The parameters' gradients flat in fp32 (zeros for None), in a
+        buffer kept per bucket: a new 100 MB tensor a step costs its page
+        faults again."""
+        n = sum(p.numel() for p in params)
+        buf = self._grad_buf.get(index)
+        if buf is None or buf.numel() != n or buf.device != params[0].device:
+            buf = torch.empty(n, device=params[0].device)
+            self._grad_buf[index] = buf
+        at = 0
+        for p in params:
+            part = buf[at:at + p.numel()]
+            if p.grad is None:
+                part.zero_()
+            else:
+                part.copy_(p.grad.detach().reshape(-1))
+            at += p.numel()
+        return buf
 
     def _post_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         for p, grad in self._stash:
@@ -246,10 +278,15 @@ class OptimizerBridge:
         return sd
 
 
-def _flat_grad(params: list[torch.Tensor]) -> torch.Tensor:
-    """The parameters' gradients flat in fp32 (a copy; zeros for None)."""
-    return torch.cat([torch.zeros(p.numel(), device=p.device) if p.grad is None
-                      else p.grad.detach().reshape(-1).float() for p in params])
+def _add_at(p: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, alpha: float) -> None:
+    """``p.flatten()[idx] += alpha * vals`` in place (``idx`` distinct)."""
+    flat = p.view(-1) if p.is_contiguous() else None
+    if flat is None:  # a strided parameter: update a copy, write it back
+        flat = p.reshape(-1).clone()
+        flat.index_add_(0, idx, vals.to(p.dtype), alpha=alpha)
+        p.copy_(flat.view_as(p))
+    else:
+        flat.index_add_(0, idx, vals.to(p.dtype), alpha=alpha)
 
 
 def _groups(optimizer: torch.optim.Optimizer) -> dict[int, Any]:
@@ -275,9 +312,9 @@ def _check_adam_groups(optimizer: torch.optim.Optimizer, state: Any) -> None:
             if g.get(opt):
                 raise ValueError(f"pg_sparse: optimizer= supports {type(optimizer).__name__} "
                                  f"without {opt}=True")
-    if state.algo == "auto" or state.hierarchy != "flat":
-        raise ValueError("pg_sparse: optimizer= with Adam runs flat, not with algo='auto' "
-                         "or hierarchy='node'")
+    if state.hierarchy != "flat":
+        raise ValueError("pg_sparse: optimizer= with Adam runs flat, not with "
+                         "hierarchy='node'")
 
 
 # -- the warning without optimizer= ----------------------------------------

@@ -172,6 +172,27 @@ class OptimizerInHook:
             v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
             denom = (v.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(eps)
             return torch.div(m, denom).div_(1.0 - b1 ** t)
+        hit, vals = self._adam_carried(g, m, v, age, t, b1, b2, eps)
+        upd = g.zero_()  # no longer needed
+        upd[hit] = vals
+        return upd
+
+    def _adam_sparse(self, index: int, g: torch.Tensor, betas: tuple[float, float],
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sparse call's Adam step as :meth:`_adam_direction` takes it,
+        returned as the carried entries' indices (ascending) and step
+        directions, so the caller updates O(k) entries instead of adding a
+        dense vector of zeros to every parameter."""
+        layout = self._layouts.get(index)
+        m = self._velocity.get(index, g, layout)
+        v = self._second.get(index, g, layout)
+        age = self._age.get(index, g, layout)
+        return self._adam_carried(g, m, v, age, self._adam_t[index], betas[0], betas[1], eps)
+
+    @staticmethod
+    def _adam_carried(g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, age: torch.Tensor,
+                      t: int, b1: float, b2: float, eps: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
         age.add_(1.0)
         # The carried entries by index: O(k) work after one scan of g,
         # where boolean masks would scan n per use.
@@ -183,9 +204,7 @@ class OptimizerInHook:
         vh = v[hit].mul_(d2).add_(mean * gh * (1.0 - d2))  # out ** 2 / a
         m[hit], v[hit], age[hit] = mh, vh, 0.0
         denom = (vh.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(eps)
-        upd = g.zero_()  # no longer needed
-        upd[hit] = mh.div_(denom).mul_(a / (1.0 - b1 ** t))
-        return upd
+        return hit, mh.div_(denom).mul_(a / (1.0 - b1 ** t))
 
     def _restore_buffers(self, index: int, saved: dict[str, Any],
                          device: torch.device | None) -> None:

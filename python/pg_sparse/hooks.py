@@ -62,7 +62,8 @@ def _run(state: SparseState, bucket: dist.GradBucket,
         state._serve_natively(index, native, params,
                               -1 if auto is None else auto.native_calls(index))
         return fut
-    dense = adam and state._next_is_dense(index, native)
+    dense = adam and (state._next_is_dense(index, native) or
+                      (auto is not None and auto.is_dense(index)))
     if bridge is not None and not dense:
         buf = bridge.l2(params, buf)  # Adam's L2 decay joins the sparse stream
     # The state refers to another packing of these parameters (DDP's
