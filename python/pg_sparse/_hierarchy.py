@@ -15,7 +15,6 @@ import contextlib
 import os
 import queue
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import _shm
 from ._params import param
 
 HIERARCHIES = ("flat", "node", "auto")
@@ -214,11 +214,14 @@ def all_gather(topo: Topology, shard: torch.Tensor, full: torch.Tensor,
 
 
 def _shared_rows(topo: Topology, index: int, full: torch.Tensor) -> torch.Tensor | None:
-    """Bucket ``index``'s L rows of ``full``'s size in /dev/shm, mapped by
-    every local rank (made on the first call, collective over the node
-    group, on the reduce-scatter stage's thread); None on CUDA tensors,
-    with PG_SPARSE_INTRA_NODE=group, or where any local rank failed to map
-    them (then every rank of the node uses the group)."""
+    """Bucket ``index``'s L rows of ``full``'s size in an owner-only segment
+    under /dev/shm (:mod:`pg_sparse._shm`), mapped by every local rank (made
+    on the first call, collective over the node group, on the
+    reduce-scatter stage's thread); None on CUDA tensors, with
+    PG_SPARSE_INTRA_NODE=group, or where /dev/shm could not hold it on some
+    local rank (then every rank of the node uses the group). A segment that
+    is not the job's own (planted under its name, another owner or mode)
+    raises :class:`~pg_sparse._shm.SegmentError` on every local rank."""
     if index in topo._rows:
         rows = topo._rows[index]
         if rows is None or (rows.shape[1] == full.numel() and rows.dtype == full.dtype):
@@ -226,23 +229,53 @@ def _shared_rows(topo: Topology, index: int, full: torch.Tensor) -> torch.Tensor
     if full.device.type != "cpu" or str(param("PG_SPARSE_INTRA_NODE")) != "shm":
         topo._rows[index] = None
         return None
-    leader = dist.get_rank() - topo.local_rank
-    name = torch.zeros(64, dtype=torch.uint8)
+    nbytes = topo.local_size * full.numel() * full.element_size()
+    # The leader's path and status (last byte), then every rank's status.
+    msg = torch.zeros(_NAME_BYTES + 1, dtype=torch.uint8)
+    fd, status, problem = -1, _SHM_OK, ""
     if topo.local_rank == 0:
-        path = f"/dev/shm/pg_sparse-{os.getpid()}-{uuid.uuid4().hex[:12]}-{index}".encode()
-        name[:len(path)] = torch.tensor(list(path), dtype=torch.uint8)
-    dist.broadcast(name, src=leader, group=topo.node_group)
+        path = _shm.new_path(index)
+        fd, status, problem = _try(lambda: _shm.create(path, nbytes))
+        msg[:len(path)] = torch.tensor(list(path.encode()), dtype=torch.uint8)
+        msg[-1] = status
+    dist.broadcast(msg, src=dist.get_rank() - topo.local_rank, group=topo.node_group)
+    name = msg[:-1]
     path = bytes(name[name != 0].tolist()).decode()
+    if topo.local_rank != 0:
+        status = int(msg[-1])
+        if status == _SHM_OK:
+            fd, status, problem = _try(lambda: _shm.open_checked(path, nbytes))
     rows = None
-    try:
-        rows = torch.from_file(path, shared=True, size=topo.local_size * full.numel(),
-                               dtype=full.dtype).view(topo.local_size, full.numel())
-    except (OSError, RuntimeError):
-        pass
-    ok = torch.tensor([0 if rows is None else 1], dtype=torch.int32)
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=topo.node_group)
-    if topo.local_rank == 0:  # every rank has it mapped (or gave up): unlink
+    if status == _SHM_OK:
+        rows = _shm.map_rows(fd, topo.local_size, full.numel(), full.dtype)
+    elif fd >= 0:
+        os.close(fd)
+    agreed = torch.tensor([status], dtype=torch.int32)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=topo.node_group)
+    if topo.local_rank == 0 and msg[-1] != _SHM_UNSAFE:  # every rank holds it: unlink
         with contextlib.suppress(OSError):
             os.unlink(path)
-    topo._rows[index] = rows if ok.item() == 1 else None
+    if agreed.item() == _SHM_UNSAFE:
+        detail = problem or (f"{path}: another local rank found it is not this job's own "
+                             "(planted under the job's name, another owner, or a mode other "
+                             "than 0600)")
+        raise _shm.SegmentError(
+            f"pg_sparse: refused a shared-memory segment of hierarchy='node': {detail}; "
+            "PG_SPARSE_INTRA_NODE=group reduces through the process group instead")
+    topo._rows[index] = rows if agreed.item() == _SHM_OK else None
     return topo._rows[index]
+
+
+_NAME_BYTES = 96
+_SHM_OK, _SHM_UNAVAILABLE, _SHM_UNSAFE = 0, 1, 2
+
+
+def _try(make: Callable[[], int]) -> tuple[int, int, str]:
+    """``make()``'s descriptor and status: unsafe for a segment that is not
+    the job's own, unavailable where /dev/shm cannot hold it."""
+    try:
+        return make(), _SHM_OK, ""
+    except _shm.SegmentError as e:
+        return -1, _SHM_UNSAFE, str(e)
+    except OSError:
+        return -1, _SHM_UNAVAILABLE, ""

@@ -4,6 +4,7 @@ then flat). The worker is tests/python/workers/hierarchy.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,22 @@ def test_two_nodes_of_two(tmp_path):
     text = torchrun(tmp_path)
     assert_two_nodes_ok(text)
     assert text.count("(shared memory and group paths equal)") == 4, text[-3000:]
+    # The two leaders made the segments owner-only and unlinked them.
+    assert text.count("segments, mode 0600, unlinked") == 2, text[-3000:]
+
+
+def test_planted_segment_refused_on_every_rank(tmp_path):
+    # 4 ranks on 2 cores. Another user's file waiting under the name the
+    # leaders will use (as if they had guessed it): both nodes refuse it.
+    prefix = f"/dev/shm/pg_sparse-test-planted-{os.getpid()}"
+    with open(f"{prefix}-0", "wb") as f:
+        f.write(b"planted")
+    try:
+        text = torchrun(tmp_path, "planted", prefix)
+    finally:
+        os.unlink(f"{prefix}-0")
+    for rank in range(4):
+        assert f"rank {rank}: planted segment refused" in text, text[-3000:]
 
 
 def test_auto_is_flat_on_one_node(tmp_path):

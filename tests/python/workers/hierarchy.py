@@ -10,6 +10,7 @@ as the ranks share the GPU."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 import torch
@@ -121,10 +122,61 @@ def train(hierarchy: str, dev: torch.device) -> float:
     return final.item() / dist.get_world_size()
 
 
+def watch_segments() -> list[tuple[str, int]]:
+    """Record (path, mode) of every shared-memory segment this rank creates."""
+    from pg_sparse import _shm
+
+    made: list[tuple[str, int]] = []
+    create = _shm.create
+
+    def recording(path: str, nbytes: int) -> int:
+        fd = create(path, nbytes)
+        made.append((path, stat.S_IMODE(os.fstat(fd).st_mode)))
+        return fd
+    _shm.create = recording
+    return made
+
+
+def check_segments(made: list[tuple[str, int]]) -> str:
+    """Every segment the leader made was 0600 and is gone from /dev/shm."""
+    if dist.get_rank() % 2:  # local rank 1: a follower, it makes none
+        assert not made, made
+        return ""
+    assert made and all(mode == 0o600 for _, mode in made), made
+    assert not [p for p, _ in made if os.path.exists(p)], made
+    return f"; {len(made)} segments, mode 0600, unlinked"
+
+
+def planted(prefix: str) -> None:
+    """A file planted under the leaders' next segment name: every rank
+    refuses it with a clear error, the file is left as it was."""
+    from pg_sparse import _shm
+
+    _shm.new_path = lambda index, root=_shm.ROOT: f"{prefix}-{index}"
+    ddp = wrap(model(), torch.device("cpu"))
+    state = pg_sparse.SparseState(density=0.05, warmup_steps=1, hierarchy="node",
+                                  local_size=2)
+    ddp.register_comm_hook(state, pg_sparse.hooks.oktopk_hook)
+    try:
+        ddp(torch.randn(8, 40)).square().sum().backward()
+    except Exception as e:  # DDP re-raises the hook's error in backward
+        text = str(e)
+        assert "refused a shared-memory segment of hierarchy='node'" in text, text
+        assert f"{prefix}-0 existed before this job created it" in text or \
+            "another local rank found it" in text, text
+        print(f"rank {dist.get_rank()}: planted segment refused", flush=True)
+    else:
+        raise AssertionError("a planted segment was mapped")
+    with open(f"{prefix}-0", "rb") as f:
+        assert f.read() == b"planted", "the planted file was changed"
+
+
 def main() -> None:
     dist.init_process_group("sparse")
     oracle = dist.new_group(backend="gloo")
-    if sys.argv[1:] == ["auto"]:
+    if sys.argv[1:2] == ["planted"]:
+        planted(sys.argv[2])
+    elif sys.argv[1:] == ["auto"]:
         # torchrun on one node: LOCAL_WORLD_SIZE is the world, so flat.
         state = pg_sparse.SparseState(hierarchy="auto")
         assert state._hierarchical() is None and state._mode == "flat"
@@ -136,6 +188,7 @@ def main() -> None:
             torch.cuda.set_device(dev)
         for algo in ("oktopk", "topka", "gtopk", "dense"):
             check_algo(algo, oracle, dev)
+        made = watch_segments()
         flat, node = train("flat", dev), train("node", dev)
         assert node < 1.5 * flat + 0.01, (flat, node)
         paths = ""
@@ -147,7 +200,7 @@ def main() -> None:
             group = train("node", dev)
             del os.environ["PG_SPARSE_INTRA_NODE"]
             assert group == node, (group, node)
-            paths = " (shared memory and group paths equal)"
+            paths = " (shared memory and group paths equal)" + check_segments(made)
         print(f"rank {dist.get_rank()}: training loss flat {flat:.4f} node {node:.4f}"
               f"{paths}", flush=True)
     dist.destroy_process_group()
