@@ -36,6 +36,22 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO]
 if "pg_sparse" in sys.modules and getattr(sys.modules["pg_sparse"], "__file__", None) is None:
     del sys.modules["pg_sparse"]
 
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under tests/sanitizers/run.sh python (PGS_EXPECT_ASAN=1): the
+    extension imported must be the ASan build, with the runtime loaded, or
+    the run would test the plain build and pass for nothing."""
+    if os.environ.get("PGS_EXPECT_ASAN") != "1":
+        return
+    import pg_sparse
+
+    maps = Path("/proc/self/maps").read_text()
+    so = Path(pg_sparse._C.__file__).resolve()
+    if "asan-py" not in so.parts or "libasan" not in maps:
+        raise pytest.UsageError(f"PGS_EXPECT_ASAN=1, but pg_sparse._C is {so} and the ASan "
+                                f"runtime is {'' if 'libasan' in maps else 'not '}loaded")
+
+
 # Variables of an enclosing launcher must not leak into the jobs we start.
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                 "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "PG_SPARSE_TRANSPORT")

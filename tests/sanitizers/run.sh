@@ -3,6 +3,10 @@
 #   bash tests/sanitizers/run.sh asan       AddressSanitizer + UBSan, mpirun P = 1..8
 #   bash tests/sanitizers/run.sh tsan       ThreadSanitizer, ranks as threads (P <= 16)
 #   bash tests/sanitizers/run.sh valgrind   valgrind memcheck on the ops suites
+#   bash tests/sanitizers/run.sh python     the torch extension (shim and C core)
+#                                           built with ASan + UBSan, a part of the
+#                                           pytest suite run against it
+#   bash tests/sanitizers/run.sh python_loop  the worker jobs in a loop against it
 # Every finding fails the step.
 set -euo pipefail
 
@@ -58,6 +62,63 @@ step_valgrind() {
   valgrind --error-exitcode=1 --leak-check=no \
     --suppressions="$supp/valgrind.supp" --gen-suppressions=no -q \
     "$bin" --gtest_filter='Ops*' --gtest_brief=1
+}
+
+# The extension built with ASan + UBSan (shim and C core, every finding
+# fatal) and staged with the Python sources in build/asan-py/pkg, which
+# PYTHONPATH puts before the installed package; the ASan runtime is
+# preloaded into every Python process the tests start (torchrun, mpirun and
+# their ranks inherit the environment). Leaks are not checked: CPython and
+# torch keep their allocations to exit.
+build_asan_extension() {
+  local build="$root/build/asan-py" pkg="$root/build/asan-py/pkg"
+  local py=${PYTHON:-python3}
+  mkdir -p "$pkg"
+  rm -rf "$pkg/pg_sparse"
+  cp -r "$root/python/pg_sparse" "$pkg/pg_sparse"
+  find "$pkg/pg_sparse" -name '*.so*' -delete
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPGS_WITH_CUDA=OFF \
+    -DPGS_SANITIZE=address,undefined -DPGS_BUILD_PYTHON=ON -DPGS_BUILD_TESTS=OFF \
+    -DBUILD_SHARED_LIBS=ON -DPython3_EXECUTABLE="$(command -v "$py")" \
+    -DPGS_PYTHON_OUTPUT_DIR="$pkg/pg_sparse" >"$build.configure.log" 2>&1 ||
+    { tail -30 "$build.configure.log"; return 1; }
+  cmake --build "$build" -j "$(nproc)" --target _C >"$build.build.log" 2>&1 ||
+    { tail -30 "$build.build.log"; return 1; }
+  local torch_dir
+  torch_dir=$("$py" -c "import torch, os; print(os.path.dirname(torch.__file__))")
+  export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}" PGS_EXPECT_ASAN=1
+  # libstdc++ beside the runtime: ASan's __cxa_throw interceptor needs the
+  # real one resolved at start-up (else its first C++ throw, in torch,
+  # fails a CHECK).
+  LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so.6)"
+  export LD_PRELOAD
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:print_summary=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export LD_LIBRARY_PATH="$torch_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# A part of the pytest suite against that build. PGS_ASAN_TESTS (pytest
+# node ids) overrides the default: every collective under torchrun and
+# mpirun, every hook through DDP, the shared-memory checks, a fault case.
+step_python() {
+  local tests=${PGS_ASAN_TESTS:-"tests/python/test_every_op.py
+    tests/python/test_collectives.py tests/python/test_shm.py
+    tests/python/test_hierarchy.py
+    tests/python/test_faults.py::test_survivors_raise_clearly[torchrun-hook]"}
+  (build_asan_extension &&
+    # shellcheck disable=SC2086 # the tests are a list
+    cd "$root" && "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider $tests)
+}
+
+# The worker jobs of every_op and ddp in a loop against that build, for
+# PGS_LOOP_SECONDS (default 600), PGS_LOOP_LANES jobs at once (default 2),
+# results in build/asan-py/loop (tests/sanitizers/loop.py).
+step_python_loop() {
+  (build_asan_extension &&
+    "${PYTHON:-python3}" "$root/tests/sanitizers/loop.py" \
+      --seconds "${PGS_LOOP_SECONDS:-600}" --lanes "${PGS_LOOP_LANES:-2}" \
+      --max-failures "${PGS_LOOP_MAX_FAILURES:-0}" \
+      --out "${PGS_LOOP_OUT:-$root/build/asan-py/loop}")
 }
 
 for s in "$@"; do
