@@ -107,13 +107,13 @@ def _tee(src: IO[str], dst: Path, echo: bool, failed: threading.Event) -> thread
 
 def _run(net: Network, launcher: str, per_host: list[tuple[int, list[str]]],
          env: dict[str, str], log_dir: Path, timeout: float, fail_grace: float,
-         stream: bool) -> LaunchResult:
+         stream: bool, watch_log: bool = True) -> LaunchResult:
     """Start each (host, cmd), wait for all (at most ``timeout`` s; once one
     fails the others get ``fail_grace`` s), kill leftovers, collect.
 
     A torchrun agent whose worker failed can stay up, waiting on its peers,
     until the other hosts end: its log line "failed (exitcode: N)" counts as
-    a failure too."""
+    a failure too (``watch_log``; not where agents restart their workers)."""
     procs: list[subprocess.Popen] = []
     failed_log = threading.Event()
     pumps, logs = [], []
@@ -130,7 +130,7 @@ def _run(net: Network, launcher: str, per_host: list[tuple[int, list[str]]],
             pumps.append(_tee(p.stdout, logs[-1], stream and n == 0, failed_log))
         deadline, failed = start + timeout, False
         while any(p.poll() is None for p in procs):
-            if not failed and (failed_log.is_set() or
+            if not failed and ((watch_log and failed_log.is_set()) or
                                any(p.returncode not in (None, 0) for p in procs)):
                 failed, deadline = True, min(deadline, time.monotonic() + fail_grace)
             if time.monotonic() > deadline:
@@ -158,9 +158,13 @@ def torchrun(net: Network, args: Sequence[str] = (), script: str | None = None,
              module: str = "pg_sparse.bench", nproc_per_host: int = 1,
              timeout: float = 600.0, env: dict[str, str] | None = None,
              log_dir: str | os.PathLike[str] | None = None, stream: bool = False,
-             fail_grace: float = 10.0, port: int = MASTER_PORT) -> LaunchResult:
+             fail_grace: float = 10.0, port: int = MASTER_PORT,
+             max_restarts: int = 0) -> LaunchResult:
     """One ``torchrun`` a namespace (static rendezvous at host 0), running
-    ``script args`` or ``-m module args``."""
+    ``script args`` or ``-m module args``. With ``max_restarts`` the agents
+    meet through the c10d rendezvous at host 0 instead, so that when one
+    host's workers fail every agent restarts its own (a static rendezvous
+    cannot be joined again)."""
     logd = Path(log_dir or tempfile.mkdtemp(prefix=f"{net.prefix}-torchrun-"))
     logd.mkdir(parents=True, exist_ok=True)
     per_host = []
@@ -168,12 +172,14 @@ def torchrun(net: Network, args: Sequence[str] = (), script: str | None = None,
         per_host.append((i, [
             sys.executable, "-m", "torch.distributed.run", f"--nnodes={net.hosts}",
             f"--nproc_per_node={nproc_per_host}", f"--node_rank={i}",
-            f"--master_addr={net.addr(0)}", f"--master_port={port}",
-            "--max_restarts=0", "--monitor_interval=0.2",
+            *([f"--master_addr={net.addr(0)}", f"--master_port={port}"] if not max_restarts
+              else ["--rdzv-backend=c10d", f"--rdzv-endpoint={net.addr(0)}:{port}",
+                    f"--rdzv-id={net.prefix}", "--rdzv-conf=join_timeout=300"]),
+            f"--max_restarts={max_restarts}", "--monitor_interval=0.2",
             *_program(args, script, module)]))
     env = {"PG_SPARSE_BENCH_MACHINE_RANKS": str(net.hosts * nproc_per_host), **(env or {})}
     return _run(net, "torchrun", per_host, rank_env(net, env), logd, timeout,
-                fail_grace, stream)
+                fail_grace, stream, watch_log=not max_restarts)
 
 
 _AGENT = """#!/bin/sh

@@ -334,6 +334,11 @@ class Network:
         self.measured_mbit = res["bytes"] * 8 / res["seconds"] / 1e6
         return self.measured_mbit
 
+    def set_link(self, host: int, up: bool) -> None:
+        """Host ``host``'s link down (its cable pulled: every connection
+        through it stalls) or up again; the shaping stays."""
+        sh("ip", "-n", self.ns(host), "link", "set", "eth0", "up" if up else "down")
+
     def torchrun(self, args: Sequence[str] = (), **kw: Any) -> LaunchResult:
         """One torchrun a host; see :func:`pg_sparse.bench.netlaunch.torchrun`."""
         from .netlaunch import torchrun
