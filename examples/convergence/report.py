@@ -6,7 +6,10 @@ For every TASK.json in ``--data``: ``TASK.png`` (the test metric against
 steps, against bytes sent per rank and against wall-clock training time, all
 methods on one figure, mean over seeds with the min-max band) and a markdown
 table in ``results.md``: final metric (mean +- std over seeds), gap to dense,
-steps to reach dense's final metric, bytes per step and achieved density.
+steps to reach dense's final metric, bytes per step, achieved density, and
+the training wall-clock to reach the same seed's dense final metric and to
+within 1% of it (median over seeds, and the median ratio to the time dense
+took to it).
 """
 
 from __future__ import annotations
@@ -56,6 +59,47 @@ def steps_to(run: dict[str, Any], target: float, metric: str) -> int | None:
     return None
 
 
+def seconds_to(run: dict[str, Any], target: float, metric: str) -> float | None:
+    """Training wall-clock (the ranks' mean summed step times, evaluation
+    left out) at the first evaluation at which ``run`` reaches ``target``."""
+    for s, m in zip(run["curve"]["seconds"], run["curve"]["metric"]):
+        if better(metric, m, target):
+            return float(s)
+    return None
+
+
+def within(target: float, metric: str, frac: float = 0.01) -> float:
+    """The metric ``frac`` (relative) worse than ``target``."""
+    return target * (1.0 - frac) if metric == "accuracy" else target * (1.0 + frac)
+
+
+def _times(runs: list[dict[str, Any]], dense_of: dict[int, dict[str, Any]], metric: str,
+           frac: float) -> tuple[list[float | None], list[float]]:
+    """Each run's seconds to reach its own seed's dense final metric (made
+    ``frac`` worse), and the ratio to the seconds dense took to it."""
+    secs, ratios = [], []
+    for r in runs:
+        dense = dense_of.get(r["seed"])
+        if dense is None:
+            secs.append(None)
+            continue
+        goal = within(dense["final"], metric, frac)
+        t, ref = seconds_to(r, goal, metric), seconds_to(dense, goal, metric)
+        secs.append(t)
+        if t is not None and ref:
+            ratios.append(t / ref)
+    return secs, ratios
+
+
+def _fmt_seconds(values: list[float | None], ratios: list[float]) -> str:
+    hit = [v for v in values if v is not None]
+    if not hit:
+        return "not reached"
+    text = f"{statistics.median(hit):.0f}" + (
+        f" ({statistics.median(ratios):.2f}x)" if ratios else "")
+    return text if len(hit) == len(values) else f"{text}, {len(hit)}/{len(values)} seeds"
+
+
 def _fmt_steps(values: list[int | None]) -> str:
     hit = [v for v in values if v is not None]
     if not hit:
@@ -70,20 +114,29 @@ def table(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
     groups = by_method(doc)
     dense = [r["final"] for r in groups.get("dense", [])]
     target = statistics.mean(dense) if dense else math.nan
+    dense_of = {r["seed"]: r for r in groups.get("dense", [])}
     rows = []
     for method, runs in groups.items():
         finals = [r["final"] for r in runs]
         mean = statistics.mean(finals)
+        # Against the same seed's dense run where there is one (paired),
+        # else against dense's mean.
+        refs = [dense_of[r["seed"]]["final"] if r["seed"] in dense_of else target
+                for r in runs]
         if metric == "accuracy":
-            gap = f"{mean - target:+.2f} pt"
-        else:
-            gap = f"{100 * (mean / target - 1):+.1f}%"
+            gap = f"{statistics.mean(f - t for f, t in zip(finals, refs)):+.2f} pt"
+        else:  # and in validation loss (nats), the issue's measure
+            ppl = statistics.mean(f / t - 1 for f, t in zip(finals, refs))
+            loss = statistics.mean(math.log(f) / math.log(t) - 1 for f, t in zip(finals, refs))
+            gap = f"{100 * ppl:+.1f}% (loss {100 * loss:+.1f}%)"
         dens = [r["achieved_density"] for r in runs if r.get("achieved_density") is not None]
         rows.append({
             "method": method, "seeds": len(runs), "mean": mean,
             "std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
             "min": min(finals), "max": max(finals), "gap": gap,
             "steps_to_dense": _fmt_steps([steps_to(r, target, metric) for r in runs]),
+            "s_to_dense": _fmt_seconds(*_times(runs, dense_of, metric, 0.0)),
+            "s_to_near": _fmt_seconds(*_times(runs, dense_of, metric, 0.01)),
             "bytes_per_step": statistics.mean(r["bytes_per_step"] for r in runs),
             "density": statistics.mean(dens) if dens else None,
             "step_ms": 1e3 * statistics.median(r["step_s_median"] for r in runs),
@@ -109,14 +162,16 @@ def markdown(doc: dict[str, Any]) -> str:
                  "; ".join(f"{m}: {n} runs" for m, n in doc["machines"].items()) + ".\n\n")
     lines = [f"| method | seeds | final {metric} (mean +- std) | min..max | vs dense | "
              f"steps to dense's final | bytes/step/rank | achieved density | "
-             f"step ms (median) | train s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"step ms (median) | train s | s to its seed's dense final (x dense) | "
+             f"s to within 1% of it (x dense) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
         d = "-" if x["density"] is None else f"{x['density']:.4f}"
         lines.append(
             f"| {x['method']} | {x['seeds']} | {x['mean']:.3f} +- {x['std']:.3f} | "
             f"{x['min']:.2f}..{x['max']:.2f} | {x['gap']} | {x['steps_to_dense']} | "
-            f"{x['bytes_per_step']:,.0f} | {d} | {x['step_ms']:.1f} | {x['train_s']:.1f} |")
+            f"{x['bytes_per_step']:,.0f} | {d} | {x['step_ms']:.1f} | {x['train_s']:.1f} | "
+            f"{x['s_to_dense']} | {x['s_to_near']} |")
     return head + "\n".join(lines) + "\n"
 
 

@@ -291,9 +291,14 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
             curve["metric"].append(metric)
             curve["train_loss"].append(sum(losses[-r.eval_every:]) / len(losses[-r.eval_every:]))
             dist.barrier(group=gloo)
-    # Per step: the slowest rank's time and the largest bytes sent.
+    # Per step: the ranks' mean time and the largest bytes sent. The ranks
+    # move in step, so each one's summed step times is the run's wall-clock
+    # (evaluation left out); a sum of per-step maxima would add every step's
+    # scheduling jitter (with 4 ranks on 2 cores, 0.3 s a step of 2).
     per = torch.tensor([times, sent], dtype=torch.float64)
-    dist.all_reduce(per, op=dist.ReduceOp.MAX, group=gloo)
+    dist.all_reduce(per[0], op=dist.ReduceOp.SUM, group=gloo)
+    per[0] /= world
+    dist.all_reduce(per[1], op=dist.ReduceOp.MAX, group=gloo)
     m = torch.tensor(curve["metric"], dtype=torch.float64)
     dist.broadcast(m, 0, group=gloo)
     cum_t, cum_b = per[0].cumsum(0), per[1].cumsum(0)
