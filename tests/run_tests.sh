@@ -3,7 +3,8 @@
 # needs (python/install.sh), checks the style (tests/lint.sh: clang-format,
 # ruff), builds, then runs the C-core GoogleTest suite
 # under mpirun (P = 1, 2, 3, 4, 5, 8), the same suite under sanitizers
-# (tests/sanitizers/run.sh) and the pytest end-to-end suite, which
+# (tests/sanitizers/run.sh; and a part of the pytest suite against the
+# extension built with ASan + UBSan) and the pytest end-to-end suite, which
 # launches real torchrun and mpirun jobs.
 # Usage: bash tests/run_tests.sh [extra pytest arguments]
 set -euo pipefail
@@ -28,6 +29,10 @@ cmake --build "$build" -j "$(nproc)"
 # MPI's own allocations suppressed); at more ranks LeakSanitizer's exit-time
 # tracer itself crashes now and then under 2 oversubscribed cores.
 bash "$root/tests/sanitizers/run.sh" asan tsan valgrind
+# The torch extension (shim and C core) built with ASan + UBSan, and a part
+# of the pytest suite against it: every c10d op under torchrun and mpirun,
+# every collective, the shared memory, the hierarchical reduction, a fault.
+bash "$root/tests/sanitizers/run.sh" python
 # libFuzzer on what peers send (malformed counts, indices, regions): the
 # committed corpus replayed, then a minute of new inputs.
 bash "$root/tests/fuzz/run.sh" 60

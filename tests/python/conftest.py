@@ -143,8 +143,12 @@ class Job:
 
 def _leftover(pgid: int) -> list[str]:
     """Processes of the job's process group still alive (then killed)."""
+    # Without a preloaded sanitizer runtime (tests/sanitizers/run.sh python
+    # preloads ASan for the Python ranks): ps under it can hang.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     found = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(pgid)],
-                           capture_output=True, text=True).stdout.split("\n")
+                           capture_output=True, text=True, env=env,
+                           timeout=30).stdout.split("\n")
     # Zombies (stat Z) have ended; only their parent's reaping is missing.
     alive = [line.strip() for line in found
              if line.strip() and not line.split()[1].startswith("Z")]

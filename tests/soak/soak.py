@@ -103,7 +103,7 @@ def main() -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for p in [*out.glob("rank*.jsonl"), out / "cuts.jsonl", *out.glob("ckpt/*")]:
-        p.unlink()
+        p.unlink(missing_ok=True)
     faults = schedule(args.faults, args.steps_per_fault, args.seed)
     steps = faults[-1]["step"] + args.steps_per_fault
     shm_before = set(os.listdir("/dev/shm"))

@@ -174,7 +174,10 @@ def torchrun(net: Network, args: Sequence[str] = (), script: str | None = None,
             f"--nproc_per_node={nproc_per_host}", f"--node_rank={i}",
             *([f"--master_addr={net.addr(0)}", f"--master_port={port}"] if not max_restarts
               else ["--rdzv-backend=c10d", f"--rdzv-endpoint={net.addr(0)}:{port}",
-                    f"--rdzv-id={net.prefix}", "--rdzv-conf=join_timeout=300"]),
+                    f"--rdzv-id={net.prefix}",
+                    # Host 0 serves the store: in a namespace the machine's
+                    # host name resolves to none of its addresses.
+                    f"--rdzv-conf=join_timeout=300,is_host={str(i == 0).lower()}"]),
             f"--max_restarts={max_restarts}", "--monitor_interval=0.2",
             *_program(args, script, module)]))
     env = {"PG_SPARSE_BENCH_MACHINE_RANKS": str(net.hosts * nproc_per_host), **(env or {})}
