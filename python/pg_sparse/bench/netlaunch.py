@@ -177,7 +177,9 @@ def torchrun(net: Network, args: Sequence[str] = (), script: str | None = None,
                     f"--rdzv-id={net.prefix}",
                     # Host 0 serves the store: in a namespace the machine's
                     # host name resolves to none of its addresses.
-                    f"--rdzv-conf=join_timeout=300,is_host={str(i == 0).lower()}"]),
+                    f"--rdzv-conf=join_timeout=300,is_host={str(i == 0).lower()}",
+                    # and the workers' store address is the host's own.
+                    f"--local-addr={net.addr(i)}"]),
             f"--max_restarts={max_restarts}", "--monitor_interval=0.2",
             *_program(args, script, module)]))
     env = {"PG_SPARSE_BENCH_MACHINE_RANKS": str(net.hosts * nproc_per_host), **(env or {})}
