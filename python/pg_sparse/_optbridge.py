@@ -280,13 +280,11 @@ class OptimizerBridge:
 
 def _add_at(p: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, alpha: float) -> None:
     """``p.flatten()[idx] += alpha * vals`` in place (``idx`` distinct)."""
-    flat = p.view(-1) if p.is_contiguous() else None
-    if flat is None:  # a strided parameter: update a copy, write it back
-        flat = p.reshape(-1).clone()
-        flat.index_add_(0, idx, vals.to(p.dtype), alpha=alpha)
+    # A strided parameter: update a copy, write it back.
+    flat = p.view(-1) if p.is_contiguous() else p.reshape(-1).clone()
+    flat.index_add_(0, idx, vals.to(p.dtype), alpha=alpha)
+    if not p.is_contiguous():
         p.copy_(flat.view_as(p))
-    else:
-        flat.index_add_(0, idx, vals.to(p.dtype), alpha=alpha)
 
 
 def _groups(optimizer: torch.optim.Optimizer) -> dict[int, Any]:

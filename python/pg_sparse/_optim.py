@@ -162,20 +162,19 @@ class OptimizerInHook:
         t = self._adam_t[index]
         b1, b2 = betas or self.betas
         eps = self.eps if eps is None else eps
+        if not dense:
+            hit, vals = self._adam_sparse(index, g, (b1, b2), eps)
+            upd = g.zero_()  # no longer needed
+            upd[hit] = vals
+            return upd
         layout = self._layouts.get(index)
         m = self._velocity.get(index, g, layout)
         v = self._second.get(index, g, layout)
-        age = self._age.get(index, g, layout)
-        if dense:
-            age.zero_()
-            m.mul_(b1).add_(g, alpha=1.0 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-            denom = (v.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(eps)
-            return torch.div(m, denom).div_(1.0 - b1 ** t)
-        hit, vals = self._adam_carried(g, m, v, age, t, b1, b2, eps)
-        upd = g.zero_()  # no longer needed
-        upd[hit] = vals
-        return upd
+        self._age.get(index, g, layout).zero_()
+        m.mul_(b1).add_(g, alpha=1.0 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+        denom = (v.sqrt() / math.sqrt(1.0 - b2 ** t)).add_(eps)
+        return torch.div(m, denom).div_(1.0 - b1 ** t)
 
     def _adam_sparse(self, index: int, g: torch.Tensor, betas: tuple[float, float],
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,16 +182,11 @@ class OptimizerInHook:
         returned as the carried entries' indices (ascending) and step
         directions, so the caller updates O(k) entries instead of adding a
         dense vector of zeros to every parameter."""
+        t, (b1, b2) = self._adam_t[index], betas
         layout = self._layouts.get(index)
         m = self._velocity.get(index, g, layout)
         v = self._second.get(index, g, layout)
         age = self._age.get(index, g, layout)
-        return self._adam_carried(g, m, v, age, self._adam_t[index], betas[0], betas[1], eps)
-
-    @staticmethod
-    def _adam_carried(g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, age: torch.Tensor,
-                      t: int, b1: float, b2: float, eps: float
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
         age.add_(1.0)
         # The carried entries by index: O(k) work after one scan of g,
         # where boolean masks would scan n per use.
