@@ -95,6 +95,18 @@ def test_map_ompi_single_node():
     assert other_job["MASTER_PORT"] != env["MASTER_PORT"]
 
 
+def test_port_for_job_spreads_concurrent_jobs():
+    """Concurrent mpirun jobs (ids that differ in a few digits, permutations
+    included) get different rendezvous ports."""
+    ids = [f"prterun-host-{pid}@1" for pid in range(12000, 12100)]
+    ports = [_launch._port_for_job({"PMIX_NAMESPACE": i}) for i in ids]
+    assert all(20000 <= p < 40000 for p in ports)
+    assert len(set(ports)) >= 98, sorted(ports)
+    swapped = [_launch._port_for_job({"PMIX_NAMESPACE": f"prterun-host-{pid}@1"})
+               for pid in ("12345", "12354", "21345")]
+    assert len(set(swapped)) == 3, swapped
+
+
 def test_map_ompi_multi_node_needs_master():
     env = ompi(rank="5", size="8", local_rank="1", local_size="4")
     assert _launch.map_mpi_environment(env) is True
