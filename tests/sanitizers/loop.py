@@ -51,8 +51,22 @@ def outcome(job) -> str:  # type: ignore[no-untyped-def]
     if bad:
         return "failed checks: " + "; ".join(bad[:5])
     if len(job.results) != job.nproc or not all(res.get("done") for res in job.results.values()):
-        return "a rank did not finish"
+        return f"a rank did not finish (exit code {job.returncode}; {where(job)})"
     return "ok"
+
+
+def where(job) -> str:  # type: ignore[no-untyped-def]
+    """Each rank's last recorded check, or that it wrote nothing."""
+    parts = []
+    for r in range(job.nproc):
+        res = job.results.get(r)
+        if res is None:
+            parts.append(f"rank {r}: no result file")
+        elif not res.get("done"):
+            names = list(res.get("checks", {}))
+            parts.append(f"rank {r}: stopped after {names[-1] if names else 'no check'}"
+                         f" ({len(names)} checks)")
+    return ", ".join(parts)
 
 
 def main() -> int:
