@@ -34,6 +34,13 @@ mkdir -p "$logs"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 arch=${CUDA_ARCH:-90}
+# A CXX whose libstdc++ is only an archive (the device image's /opt/gcc) links
+# a second C++ runtime into the extension, and CMake refuses it (see
+# CMakeLists.txt): build with the system compilers then.
+if [[ "$("${CXX:-c++}" -print-file-name=libstdc++.so)" != /* ]]; then
+  echo "note: ${CXX:-c++} has no libstdc++.so; building with /usr/bin/gcc and g++"
+  export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+fi
 
 step_build() {
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES="$arch" \

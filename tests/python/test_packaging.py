@@ -70,6 +70,58 @@ def test_extension_does_not_need_open_mpi():
     assert "sum 8.0 k 8" in out.stdout and "libmpi loaded False" in out.stdout, out.stdout
 
 
+# C++ exceptions from the shim reach Python: a second copy of the C++ runtime
+# linked into the package's libraries crashed formatting their messages.
+THROWS = """
+    import torch, torch.distributed as dist, pg_sparse
+    dist.init_process_group("sparse", store=dist.HashStore(), rank=0, world_size=1)
+    b = pg_sparse.SparseState(algo="oktopk", density=0.5).native_bucket(0, torch.zeros(16))
+    for name, fn in (("value", lambda: b.set_density(0.0)),
+                     ("check", lambda: dist.broadcast(torch.ones(3), src=5))):
+        try:
+            fn()
+        except Exception as e:
+            print(name, type(e).__name__, str(e).splitlines()[0])
+    dist.destroy_process_group()
+"""
+
+
+def test_cxx_exceptions_reach_python_and_no_cxx_runtime_is_exported():
+    out = run([sys.executable, "-c", textwrap.dedent(THROWS)])
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    assert "value ValueError pg_sparse: density must be in (0, 1], got 0" in out.stdout, \
+        out.stdout
+    assert "check RuntimeError pg_sparse::broadcast: root rank 5 out of range" in out.stdout, \
+        out.stdout
+    if shutil.which("nm") is None:
+        pytest.skip("nm not found")
+    for lib in sorted(PACKAGE.glob("*.so")):
+        syms = run(["nm", "-D", "--defined-only", "-C", str(lib)]).stdout
+        runtime = [line for line in syms.splitlines()
+                   if "std::basic_ostream" in line or "std::locale::" in line]
+        assert not runtime, (lib.name, runtime[:5])
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None,
+                    reason="needs cmake and g++")
+def test_cmake_refuses_a_compiler_that_links_libstdcxx_statically(tmp_path):
+    """A g++ that finds no libstdc++.so (the H200 image's /opt/gcc) would put
+    a second C++ runtime beside torch's: configuring the extension stops."""
+    fake = tmp_path / "g++"
+    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -print-file-name=libstdc++.so ] "
+                    "&& { echo libstdc++.so; exit 0; }; done\nexec g++ \"$@\"\n")
+    fake.chmod(0o755)
+    cfg = ["cmake", "-S", str(ROOT), "-DPGS_BUILD_TESTS=OFF", "-DPGS_WITH_CUDA=OFF"]
+    refused = run([*cfg, "-B", str(tmp_path / "ext"), "-DPGS_BUILD_PYTHON=ON"],
+                  env={"CXX": str(fake)})
+    assert refused.returncode != 0
+    assert "finds no libstdc++.so" in " ".join(refused.stderr.split()), refused.stderr[-2000:]
+    # The C core and tests alone only warn.
+    core = run([*cfg, "-B", str(tmp_path / "core")], env={"CXX": str(fake)})
+    assert core.returncode == 0, core.stderr[-2000:]
+    assert "finds no libstdc++.so" in " ".join(core.stderr.split()), core.stderr[-2000:]
+
+
 def test_missing_mpi_transport_is_a_clear_error(tmp_path):
     # A copy of the package without libpgsparse_mpi stands for a machine
     # without Open MPI: gloo works, the MPI transport says what to do.
