@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
 from conftest import launch  # noqa: E402
+from test_ddp_hooks import XFAIL  # noqa: E402  (checks the suite expects to fail)
 
 # (launcher, worker, ranks): every collective against gloo under both
 # launchers (where the corruption was seen: mpirun, P = 3), and every hook
@@ -47,7 +48,8 @@ def outcome(job) -> str:  # type: ignore[no-untyped-def]
     # its ranks then leave without MPI_Finalize (mpirun exits 1). A crash
     # shows as a report above or as a rank that did not finish.
     bad = [f"rank {r}: {name}: {c.get('detail', '')[:300]}" for r, res in job.results.items()
-           for name, c in res.get("checks", {}).items() if not c.get("ok")]
+           for name, c in res.get("checks", {}).items()
+           if not c.get("ok") and name not in XFAIL]
     if bad:
         return "failed checks: " + "; ".join(bad[:5])
     if len(job.results) != job.nproc or not all(res.get("done") for res in job.results.values()):
