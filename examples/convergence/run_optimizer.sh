@@ -25,4 +25,10 @@ oktopk+gf2@0.005,oktopk+gf2@0.01,oktopk+mc+gf1@0.01,oktopk+mc+gf2@0.01,topka@0.0
 run --task gptcode --tag opt --methods dense,oktopk+gf1@0.01,oktopk+opt+gf1@0.01,\
 oktopk+opt+gf1@0.015,oktopk+opt+gf2@0.01,oktopk+opt+gf4@0.01,topka+opt@0.005,\
 topka+opt@0.01 "$@"
+# Warm-up length (+wN: N dense steps) and DGC's density warm-up (+dwN) at
+# the defaults, 2 seeds (section 5 of the page).
+"$python" train.py --seeds 0,1 --out "$data" --task gpt --tag dw --methods oktopk+opt@0.01,\
+oktopk+opt+dw24@0.01,oktopk+opt+dw60@0.01,oktopk+opt+w24@0.01,oktopk+opt+w48@0.01 "$@"
+"$python" train.py --seeds 0,1 --out "$data" --task lstm --tag dw --methods oktopk@0.01,\
+oktopk+dw40@0.01,oktopk+dw100@0.01,oktopk+w40@0.01,oktopk+w80@0.01 "$@"
 "$python" report.py --data "$data" --out "$root/docs/convergence/optimizer"
