@@ -33,6 +33,10 @@ bash "$root/tests/sanitizers/run.sh" asan tsan valgrind
 # of the pytest suite against it: every c10d op under torchrun and mpirun,
 # every collective, the shared memory, the hierarchical reduction, a fault.
 bash "$root/tests/sanitizers/run.sh" python
+# The same extension built with TSan: the shim's queue, completion,
+# progress and watchdog threads through every collective and the timeouts
+# (torchrun and mpirun) and every c10d op (torchrun).
+bash "$root/tests/sanitizers/run.sh" python_tsan
 # libFuzzer on what peers send (malformed counts, indices, regions): the
 # committed corpus replayed, then a minute of new inputs.
 bash "$root/tests/fuzz/run.sh" 60

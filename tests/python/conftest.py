@@ -38,18 +38,21 @@ if "pg_sparse" in sys.modules and getattr(sys.modules["pg_sparse"], "__file__", 
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Under tests/sanitizers/run.sh python (PGS_EXPECT_ASAN=1): the
-    extension imported must be the ASan build, with the runtime loaded, or
-    the run would test the plain build and pass for nothing."""
-    if os.environ.get("PGS_EXPECT_ASAN") != "1":
+    """Under tests/sanitizers/run.sh python / python_tsan
+    (PGS_EXPECT_SANITIZER=asan or tsan): the extension imported must be that
+    sanitizer's build, with its runtime loaded, or the run would test the
+    plain build and pass for nothing."""
+    kind = os.environ.get("PGS_EXPECT_SANITIZER")
+    if not kind:
         return
     import pg_sparse
 
     maps = Path("/proc/self/maps").read_text()
     so = Path(pg_sparse._C.__file__).resolve()
-    if "asan-py" not in so.parts or "libasan" not in maps:
-        raise pytest.UsageError(f"PGS_EXPECT_ASAN=1, but pg_sparse._C is {so} and the ASan "
-                                f"runtime is {'' if 'libasan' in maps else 'not '}loaded")
+    if f"{kind}-py" not in so.parts or f"lib{kind}" not in maps:
+        raise pytest.UsageError(
+            f"PGS_EXPECT_SANITIZER={kind}, but pg_sparse._C is {so} and the {kind} runtime "
+            f"is {'' if f'lib{kind}' in maps else 'not '}loaded")
 
 
 # Variables of an enclosing launcher must not leak into the jobs we start.

@@ -7,6 +7,8 @@
 #                                           built with ASan + UBSan, a part of the
 #                                           pytest suite run against it
 #   bash tests/sanitizers/run.sh python_loop  the worker jobs in a loop against it
+#   bash tests/sanitizers/run.sh python_tsan  the extension under TSan: the shim's
+#                                           threads through a part of the suite
 # Every finding fails the step.
 set -euo pipefail
 
@@ -64,21 +66,21 @@ step_valgrind() {
     "$bin" --gtest_filter='Ops*' --gtest_brief=1
 }
 
-# The extension built with ASan + UBSan (shim and C core, every finding
-# fatal) and staged with the Python sources in build/asan-py/pkg, which
-# PYTHONPATH puts before the installed package; the ASan runtime is
-# preloaded into every Python process the tests start (torchrun, mpirun and
-# their ranks inherit the environment). Leaks are not checked: CPython and
-# torch keep their allocations to exit.
-build_asan_extension() {
-  local build="$root/build/asan-py" pkg="$root/build/asan-py/pkg"
+# The extension built with a sanitizer (shim and C core, every finding
+# fatal) and staged with the Python sources in build/KIND-py/pkg, which
+# PYTHONPATH puts before the installed package; the runtime is preloaded
+# into every Python process the tests start (torchrun, mpirun and their
+# ranks inherit the environment). KIND: asan (ASan + UBSan; leaks are not
+# checked: CPython and torch keep their allocations to exit) or tsan.
+build_sanitized_extension() {  # build_sanitized_extension KIND SANITIZERS
+  local kind=$1 build="$root/build/$1-py" pkg="$root/build/$1-py/pkg"
   local py=${PYTHON:-python3}
   mkdir -p "$pkg"
   rm -rf "$pkg/pg_sparse"
   cp -r "$root/python/pg_sparse" "$pkg/pg_sparse"
   find "$pkg/pg_sparse" -name '*.so*' -delete
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPGS_WITH_CUDA=OFF \
-    -DPGS_SANITIZE=address,undefined -DPGS_BUILD_PYTHON=ON -DPGS_BUILD_TESTS=OFF \
+    -DPGS_SANITIZE="$2" -DPGS_BUILD_PYTHON=ON -DPGS_BUILD_TESTS=OFF \
     -DBUILD_SHARED_LIBS=ON -DPython3_EXECUTABLE="$(command -v "$py")" \
     -DPGS_PYTHON_OUTPUT_DIR="$pkg/pg_sparse" >"$build.configure.log" 2>&1 ||
     { tail -30 "$build.configure.log"; return 1; }
@@ -86,16 +88,20 @@ build_asan_extension() {
     { tail -30 "$build.build.log"; return 1; }
   local torch_dir
   torch_dir=$("$py" -c "import torch, os; print(os.path.dirname(torch.__file__))")
-  export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}" PGS_EXPECT_ASAN=1
+  export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}" PGS_EXPECT_SANITIZER=$kind
   # libstdc++ beside the runtime: ASan's __cxa_throw interceptor needs the
   # real one resolved at start-up (else its first C++ throw, in torch,
   # fails a CHECK).
-  LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so.6)"
+  LD_PRELOAD="$(gcc -print-file-name="lib$kind.so") $(gcc -print-file-name=libstdc++.so.6)"
   export LD_PRELOAD
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:print_summary=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0 \
+suppressions=$supp/tsan-py.supp"
   export LD_LIBRARY_PATH="$torch_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
+
+build_asan_extension() { build_sanitized_extension asan address,undefined; }
 
 # A part of the pytest suite against that build. PGS_ASAN_TESTS (pytest
 # node ids) overrides the default: every collective under torchrun and
@@ -108,6 +114,24 @@ step_python() {
   (build_asan_extension &&
     # shellcheck disable=SC2086 # the tests are a list
     cd "$root" && "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider $tests)
+}
+
+# The shim's threads under TSan (the queue and its worker, the progress
+# thread, the watchdog, the logger): the extension built with
+# -fsanitize=thread, a part of the suite that drives them (every collective
+# and the timeouts under torchrun and mpirun, every c10d op and p2p under
+# torchrun). Only our code is
+# instrumented: torch and CPython synchronise through calls TSan intercepts
+# (pthread mutexes and condition variables), OpenMP is kept to one thread,
+# and tsan-py.supp leaves reports with a frame in torch, CPython or Open MPI
+# to them. PGS_TSAN_TESTS and PGS_TSAN_K (pytest -k) override the selection.
+step_python_tsan() {
+  local tests=${PGS_TSAN_TESTS:-"tests/python/test_collectives.py
+    tests/python/test_timeout.py tests/python/test_every_op.py"}
+  (build_sanitized_extension tsan thread && export OMP_NUM_THREADS=1 &&
+    # shellcheck disable=SC2086 # the tests are a list
+    cd "$root" && "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider $tests \
+      -k "${PGS_TSAN_K:-not (test_every_op and (mpirun or detail))}")
 }
 
 # The worker jobs of every_op and ddp in a loop against that build, for
