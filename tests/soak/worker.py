@@ -2,8 +2,9 @@
 hook and AdamW given to it (``register_comm_hook(..., optimizer=opt)``)
 under ``torchrun --max-restarts``, a checkpoint of model, optimizer and hook
 state every ``--every`` steps, and the faults of ``--faults`` (a JSON list
-of ``{"attempt", "step", "rank", "kind"}``, kind ``kill``: SIGKILL itself,
-``stall``: sleep past the collectives' timeout) acted on by the rank named.
+of ``{"step", "rank", "kind"}``, kind ``kill``: SIGKILL itself, ``stall``:
+sleep past the collectives' timeout) acted on by the rank named, once, the
+first time it reaches the step.
 
 Each rank appends JSON lines to ``OUT/rank<R>.jsonl``: ``start`` (attempt,
 step resumed from, whether the hook state loaded equals the saved one bit
@@ -110,12 +111,17 @@ def main() -> None:
         # What the hook state is now, against its digest at the save.
         restored = digest(state.state_dict()) == saved["state_digest"]
     record("start", step=start, restored=restored)
-    # "cut" faults are the driver's (it takes a link down).
-    faults = [f for f in json.loads(args.faults) if f["attempt"] == attempt and
-              f["rank"] == rank and f["kind"] in ("kill", "stall")]
+    # "cut" faults are the driver's (it takes a link down). A fault strikes
+    # the first time its rank reaches its step, whatever the restart count:
+    # the agents of two hosts need not count restarts alike (a round that
+    # one host restarts into for a waiting peer counts on neither), so
+    # keying faults on TORCHELASTIC_RESTART_COUNT lost one. A marker file,
+    # created exclusively, keeps a redone step from striking again.
+    faults = [(i, f) for i, f in enumerate(json.loads(args.faults))
+              if f["rank"] == rank and f["kind"] in ("kill", "stall")]
     for step in range(start, args.steps):
-        for f in faults:
-            if f["step"] == step:
+        for i, f in faults:
+            if f["step"] == step and first_time(out / f"fault-{i}"):
                 record("fault", step=step, fault=f["kind"])
                 if f["kind"] == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -139,6 +145,15 @@ def main() -> None:
             os.replace(tmp, ckpt)  # a kill mid-save leaves the last one whole
     record("done", step=args.steps)
     dist.destroy_process_group()
+
+
+def first_time(marker: Path) -> bool:
+    """Whether this call created ``marker`` (no earlier attempt did)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
 
 
 if __name__ == "__main__":
