@@ -120,9 +120,9 @@ step_python() {
 # thread, the watchdog, the logger): the extension built with
 # -fsanitize=thread, a part of the suite that drives them (every collective
 # and the timeouts under torchrun and mpirun, every c10d op and p2p under
-# torchrun). Only our code is
-# instrumented: torch and CPython synchronise through calls TSan intercepts
-# (pthread mutexes and condition variables), OpenMP is kept to one thread,
+# torchrun). Only our code is instrumented: torch and CPython synchronise
+# through calls TSan intercepts (pthread mutexes and condition variables)
+# and atomics it cannot see; OpenMP is kept to one thread,
 # and tsan-py.supp leaves reports with a frame in torch, CPython or Open MPI
 # to them. PGS_TSAN_TESTS and PGS_TSAN_K (pytest -k) override the selection.
 step_python_tsan() {
