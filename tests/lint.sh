@@ -19,5 +19,5 @@ find pg_sparse cuda python/csrc tests examples -type f \
   \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cpp' \
      -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 |
   xargs -0 "$clang_format" --dry-run --Werror
-"$python" -m ruff check --config pyproject.toml python tests examples cuda/bench
+"$python" -m ruff check --config pyproject.toml python tests examples cuda/bench docs
 echo "lint: clang-format and ruff clean"

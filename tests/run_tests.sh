@@ -18,6 +18,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 bash "$root/python/install.sh"
 bash "$root/tests/lint.sh"
+# The documentation site, warnings as errors (broken links, pages outside
+# every table of contents, docstrings that do not parse).
+bash "$root/docs/build.sh"
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$(nproc)"

@@ -18,7 +18,7 @@ exchange is one ``all_gather_into_tensor`` of a fixed-size block per rank
 (k + rows pairs: int32 indices and fp32 values bit-cast to int32, padded
 with index n), so no count travels first. On CPU buckets the call returns
 a future that DDP overlaps with the rest of backward; CUDA buckets wait for
-the gather before summing. Per bucket the send, receive, |r| and sum
+the gather before summing. Per bucket the send, receive, ``|r|`` and sum
 buffers are kept between calls.
 """
 

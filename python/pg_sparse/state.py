@@ -74,7 +74,7 @@ class SparseState(OptimizerInHook):
             GaussianK and TopkDSA, one of ``pg_sparse.estimators()``:
             ``"gaussian"`` (GaussianK's default; TopkDSA's is exact, Ok-Topk's
             its own exact selection from the fused pass's candidate list),
-            SIDCo's fits of |x|
+            SIDCo's fits of ``|x|``
             (``"sidco_exp"`` exponential, ``"sidco_gp"`` generalized Pareto,
             ``"sidco_gamma"`` gamma; ``"sidco_exp_ms"``, ``"sidco_gp_ms"``
             and ``"sidco_gamma_gp_ms"`` fit the exceedances again in stages,
@@ -567,7 +567,7 @@ class SparseState(OptimizerInHook):
     def stats(self) -> dict[int, dict[str, float]]:
         """Per bucket index, the statistics of its last call: achieved
         ``density``, ``local_selected``, ``global_selected``, ``words_sent``,
-        ``words_recv``, ``bytes_sent``, ``time_s``, the ``words_*_bound``s,
+        ``words_recv``, ``bytes_sent``, ``time_s``, the bounds ``words_*_bound``,
         threshold recomputes and more."""
         return {i: {**b.stats(), **(self._auto.stats(i) if self._auto else {})}
                 for i, b in sorted(self._buckets.items())}
