@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian/Ubuntu machine: install everything
 # (python/install.sh: system packages, torch if missing, tqdm, scikit-learn,
-# then the package itself), then train on scikit-learn's digits with 4
-# processes, Ok-Topk at density 0.01 next to dense allreduce.
-# Extra arguments go to train_digits.py, e.g. --algo topka --density 0.05.
+# then the package itself), then train one model with dense DDP, torch's bf16
+# and PowerSGD hooks and pg_sparse's Ok-Topk, 4 ranks under torchrun: as root
+# on 4 network namespaces whose links are shaped to 1 Gbit/s, else on
+# loopback (it says so). Ends with the time each took to reach dense's
+# accuracy, their accuracy, time and bytes. About 4 minutes on 2 cores.
+# Extra arguments go to train_digits.py, e.g. --net 100mbit or --net none.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,5 +19,4 @@ PYTHON="$python" bash "$root/python/install.sh"
 # pg_sparse/ is imported as a namespace package instead of the Python one.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 cd "$root/examples"
-exec "$python" -m torch.distributed.run --standalone --nproc_per_node=4 \
-  "$root/examples/train_digits.py" "$@"
+exec "$python" "$root/examples/train_digits.py" "$@"

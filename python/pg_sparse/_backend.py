@@ -13,6 +13,7 @@ import torch.distributed as dist
 from . import _C
 from ._launch import mpi_launcher
 from ._params import check_params, param
+from ._round import round_token
 
 logger = logging.getLogger("pg_sparse")
 _TRANSPORTS = ("mpi", "gloo")
@@ -66,12 +67,16 @@ def create_backend(dist_options: Any, backend_options: Any = None) -> Any:
     # A bad PG_SPARSE_* variable fails here, on every rank, naming it.
     check_params()
     transport, why = choose_transport(backend_options)
-    # torchrun keeps one store across restarts (its TCPStore is shared
-    # between rendezvous rounds) while the worker keys are not per round:
-    # without this prefix a restarted rank could read a dead rank's gloo
-    # address or NCCL id left by the previous attempt.
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist_options.store = dist.PrefixStore(f"pg_sparse/{attempt}/", dist_options.store)
+    # torchrun keeps one store across restarts (its agents share their
+    # TCPStore with every rendezvous round) while the worker keys are not per
+    # round: without a prefix of the round a restarted rank could read a dead
+    # rank's gloo address or NCCL id left by an earlier attempt. The round's
+    # token comes from the group's rank 0 (_round.py), not from the restart
+    # count, which each node's agent keeps for itself.
+    if "TORCHELASTIC_RESTART_COUNT" in os.environ:
+        token = round_token(dist_options.store, dist_options.group_rank,
+                            dist_options.group_size, dist_options.timeout)
+        dist_options.store = dist.PrefixStore(f"pg_sparse/{token}/", dist_options.store)
     inner = None
     if transport == "gloo":
         # Torch wheels ship no gloo headers, so the inner backend is built

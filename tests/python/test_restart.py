@@ -10,7 +10,8 @@ def run(jobs, ckpt, kill: bool):
     args = ("--ckpt", str(ckpt)) + (() if kill else ("--no-kill",))
     # One restart: the planned death. (A restarted rank once read the dead
     # attempt's gloo address from torchrun's shared store and failed to
-    # connect; the backend now prefixes its keys with the restart count.)
+    # connect; the backend now prefixes its keys with a token of the round,
+    # see _round.py and test_restart_nodes.py.)
     return jobs.get("torchrun", SCRIPT, 2, args=args, timeout=150,
                     launcher_args=("--max_restarts=1",))
 
