@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
-
 from pg_sparse._round import round_token
 
 TIMEOUT = timedelta(seconds=10)
