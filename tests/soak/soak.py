@@ -143,7 +143,7 @@ def markdown(r: dict[str, Any]) -> str:
                       f"{f['rank']})" for f in r["schedule"])
     rows = [("outcome", "pass" if r["ok"] else "FAIL"), ("launch", r["launch"]),
             ("wall-clock", f"{r['seconds']} s"), ("faults scheduled", kinds),
-            ("faults that struck", r["faults_struck"]), ("attempts", r["attempts"]),
+            ("faults that struck", r["faults_struck"]), ("rounds in which every rank started", r["attempts"]),
             ("steps with a loss / scheduled", f"{r['steps_with_loss']} / {r['steps']}"),
             ("steps redone after restarts, same loss and parameters",
              f"{r['redone_steps'] - len(r['redone_mismatched'])} of {r['redone_steps']}"),
@@ -188,7 +188,9 @@ def check(out: Path, steps: int, faults: list[dict[str, Any]], ok: bool,
         if mine:
             rss_spread[rank] = round(100.0 * (max(mine) - min(mine)) / min(mine), 2)
     done = [r for rs in rec.values() for r in rs if r["kind"] == "done"]
-    attempts = 1 + max((r["attempt"] for r in starts), default=0)
+    # Rounds of the job: every round starts every rank once. (Not the restart
+    # count: each host's agent counts only its own workers' failures.)
+    attempts = min((sum(1 for r in starts if r["rank"] == k) for k in range(4)), default=0)
     findings = {
         "launch_ok": ok, "timed_out": timed_out, "attempts": attempts,
         "faults_struck": sum(1 for rs in rec.values() for r in rs if r["kind"] == "fault")
