@@ -143,7 +143,8 @@ def markdown(r: dict[str, Any]) -> str:
                       f"{f['rank']})" for f in r["schedule"])
     rows = [("outcome", "pass" if r["ok"] else "FAIL"), ("launch", r["launch"]),
             ("wall-clock", f"{r['seconds']} s"), ("faults scheduled", kinds),
-            ("faults that struck", r["faults_struck"]), ("rounds in which every rank started", r["attempts"]),
+            ("faults that struck", r["faults_struck"]),
+            ("rounds in which every rank started", r["attempts"]),
             ("steps with a loss / scheduled", f"{r['steps_with_loss']} / {r['steps']}"),
             ("steps redone after restarts, same loss and parameters",
              f"{r['redone_steps'] - len(r['redone_mismatched'])} of {r['redone_steps']}"),
