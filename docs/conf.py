@@ -9,7 +9,6 @@ table from the C core's own table (``pg_sparse.params()``).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -24,13 +23,12 @@ release = pg_sparse.__version__
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-html_theme = os.environ.get("PG_SPARSE_DOCS_THEME", "furo")
+html_theme = "furo"
 html_title = "pg_sparse"
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-nitpicky = False
 # The results.md tables report.py writes are fragments that start at ###.
 suppress_warnings = ["myst.xref_ambiguous", "myst.header"]
 exclude_patterns = ["_build"]

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from pg_sparse.bench.baselines import powersgd_elements, powersgd_groups_needed, register_hook
+from pg_sparse.bench.baselines import powersgd_groups_needed, register_hook, ring_bytes
 from pg_sparse.bench.netns import NetError, Network
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -123,15 +123,6 @@ def make_model(hidden: int, seed: int) -> Any:
                          nn.Linear(hidden, 10))
 
 
-def ring_bytes(method: str, model: Any, world: int) -> float:
-    """Bytes a rank sends per step in a ring allreduce of what torch's hooks
-    reduce (pg_sparse's hooks count their own)."""
-    numel = sum(p.numel() for p in model.parameters())
-    ring = 2.0 * (world - 1) / world
-    elements = {"bf16": numel / 2, "powersgd": powersgd_elements(model)}.get(method, numel)
-    return ring * 4 * elements
-
-
 def hook(method: str, ddp: Any, opt: Any, args: argparse.Namespace, gloo: Any,
          groups: list[Any], steps: int) -> Any:
     """Register ``method``'s hook; returns the pg_sparse state, if any."""
@@ -146,8 +137,9 @@ def hook(method: str, ddp: Any, opt: Any, args: argparse.Namespace, gloo: Any,
 
 def train(method: str, args: argparse.Namespace, data: dict[str, Any], gloo: Any,
           groups: list[Any]) -> dict[str, Any]:
-    """One run; on rank 0 the accuracy after every epoch against the run's
-    training seconds (the ranks' mean step time, summed; evaluation left out)."""
+    """One run; on rank 0 the test accuracy every ``--eval-every`` steps
+    against the run's training seconds (the ranks' mean step time, summed;
+    evaluation left out). Only rank 0 evaluates: the replicas are equal."""
     world = dist.get_world_size()
     model = make_model(args.hidden, args.seed)
     ddp = DDP(model, process_group=None if method == "oktopk" else gloo,
@@ -159,7 +151,8 @@ def train(method: str, args: argparse.Namespace, data: dict[str, Any], gloo: Any
     steps = args.epochs * len(loader)
     state = hook(method, ddp, opt, args, gloo, groups, steps)
     torch_bytes = ring_bytes(method, model, world)
-    progress = Progress(method, steps) if dist.get_rank() == 0 else None
+    rank0 = dist.get_rank() == 0
+    progress = Progress(method, steps) if rank0 else None
     times, sent, curve = [], [], []
     loss_fn = torch.nn.CrossEntropyLoss()
     dist.barrier(group=gloo)
@@ -178,12 +171,11 @@ def train(method: str, args: argparse.Namespace, data: dict[str, Any], gloo: Any
             if len(times) % args.eval_every == 0 or len(times) == steps:
                 mean_t = torch.tensor([sum(times)], dtype=torch.float64)
                 dist.all_reduce(mean_t, group=gloo)
-                curve.append((mean_t.item() / world, accuracy(model, data)))
+                curve.append((mean_t.item() / world, accuracy(model, data) if rank0 else 0.0))
     total = torch.tensor([sum(sent)], dtype=torch.float64)
     dist.all_reduce(total, group=gloo)
     return {"method": method, "steps": steps, "curve": curve, "accuracy": curve[-1][1],
-            "train_s": curve[-1][0], "mb_per_rank": total.item() / world / 1e6,
-            "bytes_source": "pg_sparse stats" if state is not None else "ring model"}
+            "train_s": curve[-1][0], "mb_per_rank": total.item() / world / 1e6}
 
 
 def accuracy(model: Any, data: dict[str, Any]) -> float:

@@ -226,24 +226,12 @@ def _register_psgd(ddp: DDP, state: Any) -> Any:
     return state
 
 
-def _bytes_model(method: str, model: torch.nn.Module, world: int) -> float:
-    """Bytes a rank sends per step under a ring allreduce: what gloo's
-    dense, bf16 and PowerSGD steps cost (the sparse hooks report theirs)."""
-    from pg_sparse.bench.baselines import powersgd_elements
-
-    numel = sum(p.numel() for p in model.parameters())
-    ring = 2.0 * (world - 1) / world
-    if method == "bf16":
-        return ring * 2 * numel
-    if method == "powersgd":
-        return ring * 4 * powersgd_elements(model)
-    return ring * 4 * numel
-
-
 def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
             psgd_groups: list[Any]) -> dict[str, Any]:
     """Train ``task`` with ``method`` from seed ``seed``; on every rank the
     curve (step, metric, cumulative bytes and seconds) and summary."""
+
+    from pg_sparse.bench.baselines import ring_bytes
 
     rank, world = dist.get_rank(), dist.get_world_size()
     r = task.recipe
@@ -259,8 +247,8 @@ def run_one(task: Task, method: str, seed: int, warmup: int, gloo: Any,
                   psgd_groups, recipe_clip, opt)
     clip = 0.0 if spec.adam else recipe_clip  # Adam in the hook clips there
     gen = torch.Generator().manual_seed(1_000_003 * seed + rank)  # each rank its own data
-    dense_bytes = _bytes_model("dense", model, world)
-    step_bytes = _bytes_model(spec.algo, model, world)
+    dense_bytes = ring_bytes("dense", model, world)
+    step_bytes = ring_bytes(spec.algo, model, world)
     curve: dict[str, list[float]] = {"step": [], "metric": [], "bytes": [], "seconds": [],
                                      "train_loss": []}
     times, sent, selected, losses = [], [], [], []

@@ -126,3 +126,12 @@ def powersgd_elements(model: Any, rank: int = 4, factors: float = 2.0) -> float:
         r = min(n, m, rank)
         total += (n + m) * r * factors / 2 if n * m > (n + m) * r * 2 else p.numel()
     return total
+
+
+def ring_bytes(method: str, model: Any, world: int) -> float:
+    """Bytes a rank sends per step in a ring allreduce of what ``method``
+    reduces: the fp32 gradient (``dense``, plain DDP), half as many bytes
+    (``bf16``), or PowerSGD's factors. pg_sparse's hooks count their own."""
+    numel = sum(p.numel() for p in model.parameters())
+    elements = {"bf16": numel / 2, "powersgd": powersgd_elements(model)}.get(method, numel)
+    return 2.0 * (world - 1) / world * 4 * elements
